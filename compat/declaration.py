@@ -1,0 +1,79 @@
+"""The shape of a patch declaration: data plus the least code possible.
+
+One declaration per upstream change, so ``compat/patches`` reads like a
+changelog of the breakages (vllm-ascend's Why/How/PR/removal, as fields).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Mapping
+
+
+class AnchorError(Exception):
+    """An edit's anchor does not match exactly once."""
+
+
+@dataclass(frozen=True)
+class Edit:
+    """Replace ``anchor`` (which must occur exactly once) with ``replacement``."""
+
+    anchor: str
+    replacement: str
+
+    def apply(self, text: str, where: str = "") -> str:
+        count = text.count(self.anchor)
+        if count != 1:
+            head = self.anchor.strip().splitlines()[0] if self.anchor.strip() else repr(self.anchor)
+            raise AnchorError(f"{where}: anchor {head!r} matches {count} times, expected exactly 1")
+        return text.replace(self.anchor, self.replacement, 1)
+
+    @property
+    def marker(self) -> str:
+        """Text the patched file must contain (the postcondition default)."""
+        return self.replacement
+
+
+def insert_after(anchor: str, text: str) -> Edit:
+    return Edit(anchor, anchor + text)
+
+
+def insert_before(anchor: str, text: str) -> Edit:
+    return Edit(anchor, text + anchor)
+
+
+@dataclass(frozen=True)
+class Patch:
+    """One upstream change and how we adapt a target distribution's files to it.
+
+    ``edits`` maps a generator variant (the value of the ``speculators.generator``
+    probe, e.g. ``"0.3.0"``) to ``{relpath: [Edit, ...]}``; a variant missing
+    from ``edits`` does not need this patch.  ``requires`` maps probe names to
+    the values under which the patch is needed (its precondition); the patch
+    is removable once no supported surface satisfies it (``removal``).
+    """
+
+    id: str
+    title: str
+    why: str
+    how: str
+    upstream: str
+    removal: str
+    target: str  # distribution module, e.g. "speculators"
+    versions: Mapping[str, str]  # package -> coarse PEP 440 prefilter
+    requires: Mapping[str, tuple]  # probe -> accepted values
+    edits: Mapping[str, Mapping[str, tuple[Edit, ...]]]
+    postcondition: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    variant_probe: str = "speculators.generator"
+    symptom: str = ""  # the error text (or wrong-result kind) a user sees without it
+
+    def files(self, variant: str) -> tuple[str, ...]:
+        return tuple(self.edits.get(variant, {}))
+
+    def expected_markers(self, variant: str) -> dict[str, tuple[str, ...]]:
+        """What ``--verify`` looks for in each patched file."""
+        markers = {f: tuple(e.marker for e in edits) for f, edits in self.edits.get(variant, {}).items()}
+        for f, extra in self.postcondition.items():
+            if f in markers:
+                markers[f] = markers[f] + tuple(extra)
+        return markers

@@ -1,0 +1,14 @@
+"""Named probes of the vLLM and speculators API surface.
+
+A probe is a small function ``Reader -> Reading | Unknown``: it reads source
+with ``ast`` (never imports vLLM), returns a small comparable value, and keeps
+where it read it apart from the value.  ``PROBES`` maps probe name to function;
+:mod:`compat.probes.vllm` and :mod:`compat.probes.speculators` define them.
+"""
+
+from __future__ import annotations
+
+from .base import PROBES, Reading, Unknown, probe  # noqa: F401
+from . import speculators, vllm  # noqa: F401,E402  (define the probes)
+
+__all__ = ["PROBES", "Reading", "Unknown", "probe"]

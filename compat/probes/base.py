@@ -1,0 +1,63 @@
+"""Probe results and the registration decorator."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from ..astkit import Reader
+
+
+@dataclass(frozen=True)
+class Reading:
+    """A decided probe: ``value`` plus where in the source it was read."""
+
+    value: Any
+    file: str | None = None
+    line: int | None = None
+
+    @property
+    def where(self) -> str:
+        if self.file is None:
+            return ""
+        return f"{self.file}:{self.line}" if self.line else self.file
+
+
+@dataclass(frozen=True)
+class Unknown:
+    """A probe that could not decide, and why.  Never a guess."""
+
+    reason: str
+
+
+@dataclass(frozen=True)
+class ProbeSpec:
+    name: str
+    package: str  # vllm | speculators
+    doc: str
+    fn: Callable[[Reader], "Reading | Unknown"]
+
+    def run(self, reader: Reader) -> "Reading | Unknown":
+        """Evaluate; any exception becomes ``Unknown`` (a probe never raises)."""
+        try:
+            result = self.fn(reader)
+        except Exception as exc:  # noqa: BLE001 - contract: probes never raise
+            return Unknown(f"probe failed: {type(exc).__name__}: {exc}")
+        if not isinstance(result, (Reading, Unknown)):
+            return Unknown(f"probe returned {type(result).__name__}")
+        return result
+
+
+PROBES: dict[str, ProbeSpec] = {}
+
+
+def probe(name: str, package: str = "vllm"):
+    """Register ``fn`` as the probe ``name``; its docstring is the report's description."""
+
+    def register(fn):
+        if name in PROBES:
+            raise ValueError(f"duplicate probe {name}")
+        PROBES[name] = ProbeSpec(name, package, (fn.__doc__ or "").strip().splitlines()[0], fn)
+        return fn
+
+    return register
