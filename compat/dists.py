@@ -59,19 +59,33 @@ def _is_editable(dist: md.Distribution) -> bool:
         return False
 
 
-def find_distribution(module: str) -> md.Distribution | None:
+def find_distribution(module: str, site: str | Path | None = None) -> md.Distribution | None:
     """The distribution providing top-level ``module``, found without importing it.
 
-    ``find_spec`` locates the package directory; only the ``*.dist-info``
-    folders beside it are read, those whose name mentions the module first.
+    ``find_spec`` locates the package directory (or ``site`` is given); only the
+    ``*.dist-info`` folders there are read, those whose name mentions the module
+    first.  An editable install (package outside site-packages) is found by a
+    full scan.
     """
-    try:
-        spec = importlib.util.find_spec(module)
-    except (ImportError, ValueError):
+    explicit = site is not None
+    if site is None:
+        try:
+            spec = importlib.util.find_spec(module)
+        except (ImportError, ValueError):
+            return None
+        if spec is None or not spec.submodule_search_locations:
+            return None
+        site = Path(next(iter(spec.submodule_search_locations))).parent
+    site = Path(site)
+    found = _beside(module, site)
+    if found is None and not explicit:
+        found = next((d for d in md.distributions() if _provides(d, module)), None)
+    return found
+
+
+def _beside(module: str, site: Path) -> md.Distribution | None:
+    if not site.is_dir():
         return None
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    site = Path(next(iter(spec.submodule_search_locations))).parent
     metas = sorted(p for p in site.iterdir() if p.suffix in (".dist-info", ".egg-info"))
     key = module.lower()
     named = [p for p in metas if key in p.name.lower().replace("-", "_")]

@@ -127,8 +127,8 @@ def _record_hashes(dist: md.Distribution) -> dict[str, str]:
     return out
 
 
-def open_target(module: str) -> Target:
-    dist = dists.find_distribution(module)
+def open_target(module: str, site: str | Path | None = None) -> Target:
+    dist = dists.find_distribution(module, site)
     if dist is None:
         raise EnvironmentProblem(f"{module} is not installed in this environment (no distribution provides it)")
     info = dists.describe(module, dist)
@@ -169,7 +169,7 @@ class Manifest:
         except (ValueError, OSError) as exc:
             raise EnvironmentProblem(
                 f"corrupt manifest {path}: {exc}. Nothing was changed. "
-                f"`python -m compat.apply --revert` restores the pristine backups without it."
+                f"`python -m compat.apply --revert --force` restores the RECORD-proven pristine backups without it."
             ) from exc
         manifest.data = data
         return manifest
