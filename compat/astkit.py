@@ -123,7 +123,9 @@ def is_initvar(field: ast.AnnAssign) -> bool:
 def field_default(field: ast.AnnAssign) -> ast.expr | None:
     """The default expression of a dataclass field, looking through ``field(default=...)``."""
     value = field.value
-    if isinstance(value, ast.Call) and _call_name(value) == "field":
+    if isinstance(value, ast.Call) and _call_name(value) in ("field", "Field"):
+        if _call_name(value) == "Field" and value.args:
+            return value.args[0]
         for kw in value.keywords:
             if kw.arg == "default":
                 return kw.value

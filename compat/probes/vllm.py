@@ -340,9 +340,9 @@ def runner_v2_default(reader: Reader):
         return Reading("absent", None, None)
     relpath, _cls, fn = _method(reader, VLLM_CONFIG, "VllmConfig", "use_v2_model_runner")
     if fn is not None:
-        text = ast.unparse(fn)
+        names = {n.attr if isinstance(n, ast.Attribute) else n.id for n in ast.walk(fn) if isinstance(n, (ast.Attribute, ast.Name))}
         final = fn.body[-1] if fn.body else None
-        if "architecture" in text.lower():
+        if names & {"_is_default_v2_model_runner_model", "DEFAULT_V2_MODEL_RUNNER_ARCHITECTURES"}:
             return Reading("by-architecture", relpath, fn.lineno)
         if isinstance(final, ast.Return) and astkit.literal(final.value) is True:
             return Reading("default", relpath, fn.lineno)

