@@ -160,9 +160,13 @@ class Manifest:
             return manifest
         try:
             data = json.loads(path.read_text())
+            if not isinstance(data, dict):
+                raise ValueError(f"expected a JSON object, found {type(data).__name__}")
             if data.get("schema") != MANIFEST_SCHEMA or not isinstance(data.get("files"), dict):
                 raise ValueError("unexpected schema")
             for relpath, entry in data["files"].items():
+                if not isinstance(entry, dict):
+                    raise ValueError(f"{relpath}: expected an object")
                 for key in ("pristine_sha256", "patched_sha256", "known_sha256", "patches"):
                     if key not in entry:
                         raise ValueError(f"{relpath}: missing {key}")
@@ -301,7 +305,7 @@ class Patcher:
     def _apply_locked(self, decisions: list[Decision], fingerprint: str) -> list[str]:
         manifest = Manifest.load(self.target)
         states = self.plan(decisions, manifest)
-        blocked = [d for d in decisions if d.verdict in ("drifted", "failed")]
+        blocked = [d for d in decisions if d.verdict in ("drifted", "failed", "unknown-surface")]
         stale = [s for s in states.values() if s.problem and s.relpath in manifest.files and not s.patches]
         if blocked or stale:
             return []  # nothing written; the report carries the reasons

@@ -1,0 +1,26 @@
+from compat.declaration import Patch, insert_after
+
+from ._common import GENERATOR, SPECULATORS, TAG, V030, V04X
+
+_EDIT = insert_after(
+    "                max_num_seqs=max_num_seqs,\n",
+    f"                async_scheduling=False,  # {TAG}: the generator drives one step at a time\n",
+)
+
+PATCH = Patch(
+    id="vllm.scheduler_config.async_scheduling_auto_on",
+    title="Turn async scheduling off: its default became None -> on (vLLM 0.14.0)",
+    why=(
+        "vLLM 0.14.0 changed SchedulerConfig.async_scheduling's default to None, which VllmConfig resolves "
+        "to True on GPU. The generator drives schedule/execute/sample synchronously and never calls "
+        "update_from_output, so async scheduling's output placeholders desynchronise its bookkeeping."
+    ),
+    how="Construct SchedulerConfig(async_scheduling=False).",
+    upstream="vllm-project/vllm v0.14.0 (SchedulerConfig.async_scheduling default None)",
+    removal="when speculators sets async_scheduling=False itself",
+    target="speculators",
+    versions={"vllm": ">=0.14.0.dev0", "speculators": SPECULATORS},
+    requires={"scheduler_config.async_scheduling_default": ("None->auto-on",)},
+    symptom="(GPU only: vLLM's CPU platform forces async_scheduling=False)",
+    edits={V030: {GENERATOR: (_EDIT,)}, V04X: {GENERATOR: (_EDIT,)}},
+)
