@@ -145,6 +145,28 @@ class FileState:
     patches: list[str] = field(default_factory=list)
 
 
+def compose(text: str, decisions: list[Decision], relpath: str) -> tuple[str, dict[str, str]]:
+    """Apply, in registry order, every decision's edits for ``relpath`` to pristine ``text``.
+
+    Returns the composed text and ``{patch id: error}`` for edits whose anchor
+    did not match exactly once, or for a result that does not compile.
+    """
+    errors: dict[str, str] = {}
+    touching = [d for d in decisions if relpath in d.patch.files(d.variant)]
+    for decision in touching:
+        for edit in decision.patch.edits[decision.variant][relpath]:
+            try:
+                text = edit.apply(text, f"{decision.patch.id} {relpath}")
+            except AnchorError as exc:
+                errors.setdefault(decision.patch.id, str(exc))
+    try:
+        compile(text, relpath, "exec", dont_inherit=True)
+    except SyntaxError as exc:
+        for decision in touching:
+            errors.setdefault(decision.patch.id, f"{relpath} does not compile after patching: {exc}")
+    return text, errors
+
+
 class Manifest:
     """What we wrote: per file the pristine sha, patched sha(s) and patch ids."""
 
@@ -219,6 +241,13 @@ class Patcher:
 
     # -- reading state ---------------------------------------------------------
 
+    def pristine(self, relpath: str) -> bytes:
+        """The RECORD-proven pristine bytes of ``relpath`` (raises if they cannot be proven)."""
+        data, problem = self._pristine(relpath, self._read(relpath))
+        if data is None:
+            raise PatchError(problem)
+        return data
+
     def _pristine(self, relpath: str, current: bytes | None) -> tuple[bytes | None, str | None]:
         """The pristine bytes of ``relpath``, proven against RECORD, or a problem."""
         expected = self.target.record.get(relpath)
@@ -254,20 +283,10 @@ class Patcher:
         for relpath, state in states.items():
             if state.pristine is None:
                 continue
-            text = state.pristine.decode("utf-8")
-            for decision in needed:
-                for edit in decision.patch.edits[decision.variant].get(relpath, ()):
-                    try:
-                        text = edit.apply(text, f"{decision.patch.id} {relpath}")
-                    except AnchorError as exc:
-                        failed.setdefault(decision.patch.id, str(exc))
-                if relpath in decision.patch.files(decision.variant):
-                    state.patches.append(decision.patch.id)
-            try:
-                compile(text, relpath, "exec", dont_inherit=True)
-            except SyntaxError as exc:
-                for pid in state.patches:
-                    failed.setdefault(pid, f"{relpath} does not compile after patching: {exc}")
+            text, errors = compose(state.pristine.decode("utf-8"), needed, relpath)
+            state.patches = [d.patch.id for d in needed if relpath in d.patch.files(d.variant)]
+            for pid, error in errors.items():
+                failed.setdefault(pid, error)
             state.desired = text.encode("utf-8")
         for decision in needed:
             files = [states[f] for f in decision.patch.files(decision.variant)]

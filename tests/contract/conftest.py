@@ -1,0 +1,92 @@
+"""Contract fixtures: a tiny model built in-lane and harness reports shared across tests.
+
+Every engine start-up costs seconds, so each report below is produced once per
+session by one harness process and read by many tests.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+CACHE = Path(os.environ.get("SPECDEC_COMPAT_CACHE", Path.home() / ".cache" / "specdec-compat"))
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if "tests/contract" in str(item.fspath).replace(os.sep, "/"):
+            item.add_marker(pytest.mark.contract)
+
+
+def _lane() -> str:
+    return os.environ.get("SPECDEC_COMPAT_LANE", "adhoc")
+
+
+def compat(*args: str, check: bool = True) -> subprocess.CompletedProcess:
+    proc = subprocess.run([sys.executable, "-m", "compat.apply", *args], capture_output=True, text=True, cwd="/")
+    if check and proc.returncode != 0:
+        raise AssertionError(f"compat.apply {' '.join(args)} -> {proc.returncode}\n{proc.stdout}\n{proc.stderr}")
+    return proc
+
+
+def harness(out: Path, model: str, *args: str) -> dict:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run([sys.executable, "-m", "tests.contract.harness", "--model", model, "--out", str(out), *args],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=1200)
+    if proc.returncode != 0 or not out.exists():
+        raise AssertionError(f"harness failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}")
+    return json.loads(out.read_text())
+
+
+@pytest.fixture(scope="session")
+def vllm_installed():
+    from compat.surface import installed_sources
+
+    found = installed_sources()
+    missing = [m for m, (dist, _) in found.items() if dist is None]
+    if missing:
+        pytest.fail(f"contract tests need a lane with {', '.join(missing)} installed: python3 fixtures/lanes.py test")
+    return found
+
+
+@pytest.fixture(scope="session")
+def tiny_model(vllm_installed) -> str:
+    import transformers
+
+    from fixtures.tiny_model import build_tiny_llama
+
+    path = CACHE / "models" / f"tiny-llama-tf{transformers.__version__}"
+    return build_tiny_llama(path)
+
+
+@pytest.fixture(scope="session")
+def surface(vllm_installed):
+    from compat.surface import evaluate
+
+    return evaluate(vllm_installed["vllm"][1], vllm_installed["speculators"][1])
+
+
+@pytest.fixture(scope="session")
+def pristine_report(tiny_model, tmp_path_factory):
+    """The generator exactly as installed, before any patch (revert first)."""
+    compat("--revert", "--force")
+    return harness(tmp_path_factory.mktemp("pristine") / "r.json", tiny_model, "--calls", "1")
+
+
+@pytest.fixture(scope="session")
+def patched_report(pristine_report, tiny_model, tmp_path_factory):
+    """After `python -m compat.apply`: HF comparison plus runtime observation of the probes."""
+    compat()
+    return harness(tmp_path_factory.mktemp("patched") / "r.json", tiny_model, "--runtime-checks")
+
+
+@pytest.fixture(scope="session")
+def proofs_report(patched_report, tiny_model, tmp_path_factory):
+    """Leave-one-out over every needed patch touching the generator or worker."""
+    return harness(tmp_path_factory.mktemp("proofs") / "r.json", tiny_model, "--mode", "proofs")["proofs"]

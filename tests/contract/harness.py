@@ -1,0 +1,363 @@
+"""Drive speculators' real generator on real vLLM with a tiny local model.
+
+Runs inside a lane (``python -m tests.contract.harness ...``) and writes a JSON
+report; the contract tests only read reports, so every engine start-up is
+shared by as many checks as possible.
+
+Layer-index semantics (what "correct hidden states" means here):
+    generator layer id ``k`` is the output of decoder layer ``k`` (hidden +
+    residual, before the final norm) == HF ``output_hidden_states[k + 1]`` for
+    ``k < L - 1``.  HF's last entry ``hidden_states[L]`` has the final norm
+    applied, so for ``k == L - 1`` the generator's tensor is passed through
+    the model's final norm before comparing.
+
+Modes:
+    --installed   import the generator from site-packages as it is (patched or not)
+    --proofs      for each needed patch, run the generator with every *other*
+                  needed patch applied (composed in memory from the RECORD-proven
+                  pristine files, the same composition compat.apply writes), then
+                  with all of them; the forked vLLM worker inherits the variant
+                  worker module, so vLLM is imported once for all variants.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import inspect
+import json
+import os
+import sys
+import time
+import traceback
+import types
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+os.environ.setdefault("VLLM_WORKER_MULTIPROC_METHOD", "fork")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+GEN_MOD = "speculators.data_generation.vllm_hidden_states_generator"
+WORKER_MOD = "speculators.data_generation.custom_worker"
+GEN_FILE = GEN_MOD.replace(".", "/") + ".py"
+WORKER_FILE = WORKER_MOD.replace(".", "/") + ".py"
+LAYERS = [0, 1, 3]
+MAX_MODEL_LEN = 512
+ATOL = 2e-3
+
+
+# -- inputs and reference ---------------------------------------------------------
+
+
+def make_calls(sizes, seed=0, vocab=512):
+    """Token-id prompts per call; the 33-sequence call alone exceeds 8192 tokens (chunked prefill)."""
+    import random
+
+    rng = random.Random(seed)
+    calls = []
+    for n in sizes:
+        low, high = (250, 400) if n >= 33 else (5, 300)
+        calls.append([[rng.randrange(4, vocab) for _ in range(rng.randint(low, high))] for _ in range(n)])
+    return calls
+
+
+def hf_reference(model_path, prompts, layers):
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(model_path, torch_dtype=torch.float32).eval()
+    num_layers = model.config.num_hidden_layers
+    refs = {}
+    with torch.no_grad():
+        for prompt in prompts:
+            key = tuple(prompt)
+            if key not in refs:
+                hs = model(torch.tensor([prompt]), output_hidden_states=True).hidden_states
+                refs[key] = [hs[k + 1][0] for k in layers]
+    return model, refs, num_layers
+
+
+def compare(results, prompts, refs, layers, num_layers, hf_model):
+    import torch
+
+    worst, problems = 0.0, []
+    if len(results) != len(prompts):
+        problems.append(f"{len(results)} results for {len(prompts)} prompts")
+    for i, (result, prompt) in enumerate(zip(results, prompts)):
+        if result["input_ids"].tolist() != prompt:
+            problems.append(f"result {i}: input_ids are another prompt's")
+        for j, k in enumerate(layers):
+            got = result["hidden_states"][j].float()
+            if k == num_layers - 1:
+                with torch.no_grad():
+                    got = hf_model.model.norm(got)
+            ref = refs[tuple(prompt)][j]
+            if got.shape != ref.shape:
+                problems.append(f"result {i} layer {k}: shape {tuple(got.shape)} != HF {tuple(ref.shape)}")
+                continue
+            diff = (got - ref).abs().max().item()
+            worst = max(worst, diff)
+            if diff > ATOL:
+                problems.append(f"result {i} layer {k}: max|diff| {diff:.3e}")
+    return worst, problems
+
+
+# -- running one generator ---------------------------------------------------------
+
+
+def _error(exc: BaseException) -> dict:
+    text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    return {"type": type(exc).__name__, "message": str(exc)[:2000], "traceback": text[-4000:]}
+
+
+def run_generator(gen_module, model, calls, reference, max_batched=None, runtime_checks=False):
+    """Construct the generator, run every call, compare with HF; never raises."""
+    hf_model, refs, num_layers = reference
+    out = {"ok": False, "stage": "init", "calls": [], "error": None}
+    gen = None
+    started = time.monotonic()
+    try:
+        cls = gen_module.VllmHiddenStatesGenerator
+        kwargs = dict(layer_ids=LAYERS, max_model_len=MAX_MODEL_LEN, tensor_parallel_size=1, dtype="float32")
+        if max_batched and "max_num_batched_tokens" in inspect.signature(cls.__init__).parameters:
+            kwargs["max_num_batched_tokens"] = max_batched
+        gen = cls(model, **kwargs)
+        out["engine_start_s"] = round(time.monotonic() - started, 2)
+        out["block_size"] = gen.vllm_config.cache_config.block_size
+        out["stage"] = "generate"
+        for prompts in calls:
+            t0 = time.monotonic()
+            results = gen.generate(prompts)
+            worst, problems = compare(results, prompts, refs, LAYERS, num_layers, hf_model)
+            out["calls"].append({"n": len(prompts), "seconds": round(time.monotonic() - t0, 2),
+                                 "max_abs_diff": worst, "problems": problems[:20]})
+        out["ok"] = all(not c["problems"] for c in out["calls"])
+        out["stage"] = "compared"
+        if runtime_checks:
+            out["runtime"] = observe_engine(gen)
+    except BaseException as exc:  # noqa: BLE001 - the report carries it
+        out["error"] = _error(exc)
+    finally:
+        if gen is not None and getattr(gen, "executor", None) is not None:
+            try:
+                gen.executor.shutdown()
+            except Exception:  # noqa: BLE001
+                pass
+        del gen
+        gc.collect()
+    out["seconds"] = round(time.monotonic() - started, 2)
+    return out
+
+
+# -- runtime observation of the static probes --------------------------------------
+
+
+def _kind(sig: inspect.Signature, name: str) -> str:
+    param = sig.parameters.get(name)
+    if param is None:
+        return "absent"
+    return "required" if param.default is inspect.Parameter.empty else "optional"
+
+
+def observe_static_api() -> dict:
+    """What the imported vLLM actually exposes, in the probes' vocabulary."""
+    import dataclasses
+
+    from vllm.config import CacheConfig, SchedulerConfig
+    from vllm.v1.core import kv_cache_utils
+    from vllm.v1.core.sched.scheduler import Scheduler
+    from vllm.v1.executor.multiproc_executor import MultiprocExecutor
+    from vllm.v1.request import Request
+    from vllm.v1.worker.gpu_model_runner import GPUModelRunner
+
+    seen = {}
+    req = inspect.signature(Request.__init__)
+    for name in ("block_hasher", "eos_token_id", "structured_output_request", "pooling_params"):
+        seen[f"request.{name}"] = _kind(req, name)
+    sched = inspect.signature(Scheduler.__init__)
+    seen["scheduler.block_size"] = _kind(sched, "block_size")
+    seen["scheduler.hash_block_size"] = _kind(sched, "hash_block_size")
+    seen["executor.collective_rpc.unique_reply_rank.param"] = _kind(
+        inspect.signature(MultiprocExecutor.collective_rpc), "unique_reply_rank")
+    seen["runner.sample_tokens_split"] = hasattr(GPUModelRunner, "sample_tokens")
+    hasher = getattr(kv_cache_utils, "get_request_block_hasher", None)
+    seen["kv_cache.block_hasher_first_param"] = next(iter(inspect.signature(hasher).parameters)) if hasher else "absent"
+    groups = getattr(kv_cache_utils, "get_kv_cache_config_from_groups", None)
+    seen["kv_cache.from_groups.kv_cache_specs"] = (
+        _kind(inspect.signature(groups), "kv_cache_specs") if groups else "no-function")
+    fields = {f.name: f for f in dataclasses.fields(SchedulerConfig)}
+    if "async_scheduling" in fields:
+        default = fields["async_scheduling"].default
+        seen["scheduler_config.async_scheduling_default"] = "None->auto-on" if default is None else repr(default)
+    else:
+        seen["scheduler_config.async_scheduling_default"] = "absent"
+    for name in ("max_model_len", "is_encoder_decoder"):
+        try:
+            SchedulerConfig(**{k: v for k, v in (("max_model_len", 512), ("is_encoder_decoder", False)) if k != name})
+            seen[f"scheduler_config.{name}"] = "optional"
+        except TypeError:
+            seen[f"scheduler_config.{name}"] = "required"
+        except Exception as exc:  # pydantic's ValidationError: "Field required"
+            seen[f"scheduler_config.{name}"] = "required" if "required" in str(exc).lower() else f"error: {exc}"
+    seen["cache_config.enable_prefix_caching_default"] = repr(CacheConfig().enable_prefix_caching)
+    try:
+        from vllm.model_executor.models.llama import LlamaModel
+
+        seen["model.input_embeddings"] = "embed_input_ids" if hasattr(LlamaModel, "embed_input_ids") else "get_input_embeddings"
+    except Exception as exc:  # noqa: BLE001
+        seen["model.input_embeddings"] = f"error: {exc}"
+    return seen
+
+
+def observe_request_hashing(block_size: int) -> dict:
+    """Build a Request with and without block_hasher and look at its block hashes."""
+    from vllm.sampling_params import SamplingParams
+    from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
+    from vllm.v1.request import Request
+
+    try:
+        from vllm.utils.hashing import get_hash_fn_by_name
+    except ImportError:
+        from vllm.utils import get_hash_fn_by_name
+    params = inspect.signature(Request.__init__).parameters
+    base = dict(request_id="probe", prompt_token_ids=list(range(4, 4 + 2 * block_size)),
+                sampling_params=SamplingParams(max_tokens=1), pooling_params=None, arrival_time=0.0)
+    if "eos_token_id" in params:
+        base["eos_token_id"] = 2
+    hash_fn = get_hash_fn_by_name("sha256")
+    init_none_hash(hash_fn)
+    with_hasher = Request(**base, block_hasher=get_request_block_hasher(block_size, hash_fn))
+    without = Request(**base)
+    return {"with_block_hasher": len(with_hasher.block_hashes), "without_block_hasher": len(without.block_hashes)}
+
+
+def observe_engine(gen) -> dict:
+    """collective_rpc's reply shape and the execute_model/sample_tokens contract, on the live engine."""
+    seen = {}
+    try:
+        reply = gen.executor.collective_rpc("get_kv_cache_spec", unique_reply_rank=0)
+        seen["executor.collective_rpc.unique_reply_rank"] = "list" if isinstance(reply, list) else "single"
+    except TypeError:
+        seen["executor.collective_rpc.unique_reply_rank"] = "absent"
+    # execute_model twice without sample_tokens
+    from vllm.sampling_params import SamplingParams
+    from vllm.v1.request import Request, RequestStatus
+
+    params = inspect.signature(Request.__init__).parameters
+    kwargs = dict(request_id="probe-split", prompt_token_ids=list(range(4, 40)),
+                  sampling_params=SamplingParams(max_tokens=1), pooling_params=None, arrival_time=0.0)
+    if "eos_token_id" in params:
+        kwargs["eos_token_id"] = 2
+    if getattr(gen, "block_hasher", None) is not None:
+        kwargs["block_hasher"] = gen.block_hasher
+    gen.scheduler.add_request(Request(**kwargs))
+    first = gen.scheduler.schedule()
+    try:
+        gen.executor.execute_model(first)
+        second = gen.scheduler.schedule()
+        gen.executor.execute_model(second)
+        seen["runner.sample_tokens_split"] = False
+        seen["double_execute_error"] = None
+    except Exception as exc:  # noqa: BLE001
+        seen["double_execute_error"] = str(exc)[:500]
+        seen["runner.sample_tokens_split"] = "sample_tokens() must be called after execute_model() returns None" in str(exc)
+    finally:
+        try:
+            gen.scheduler.finish_requests(["probe-split"], RequestStatus.FINISHED_ABORTED)
+        except Exception:  # noqa: BLE001
+            pass
+    return seen
+
+
+# -- variants ---------------------------------------------------------------------
+
+
+def load_variant(texts: dict[str, str]):
+    """Exec composed generator/worker sources as the speculators modules (fork passes them to workers)."""
+    import importlib
+
+    importlib.import_module("speculators.data_generation")
+    for modname, relpath in ((WORKER_MOD, WORKER_FILE), (GEN_MOD, GEN_FILE)):
+        module = types.ModuleType(modname)
+        module.__file__ = f"<specdec-compat variant {relpath}>"
+        module.__package__ = modname.rpartition(".")[0]
+        sys.modules[modname] = module
+        exec(compile(texts[relpath], module.__file__, "exec"), module.__dict__)  # noqa: S102
+    return sys.modules[GEN_MOD]
+
+
+def needed_decisions():
+    from compat import registry
+    from compat.surface import evaluate, installed_sources
+
+    found = installed_sources()
+    surface = evaluate(found["vllm"][1], found["speculators"][1])
+    decisions = [d for d in registry.select(surface) if d.verdict == "needed"]
+    return surface, decisions
+
+
+def proofs(model, calls, reference, max_batched, only=None):
+    from compat.patcher import Patcher, compose, open_target
+
+    surface, decisions = needed_decisions()
+    patcher = Patcher(open_target("speculators"))
+    pristine = {rel: patcher.pristine(rel).decode() for rel in (GEN_FILE, WORKER_FILE)}
+
+    def texts(subset):
+        out = {}
+        for rel, text in pristine.items():
+            composed, errors = compose(text, subset, rel)
+            if errors:
+                raise RuntimeError(f"composition failed: {errors}")
+            out[rel] = composed
+        return out
+
+    report = {"surface": surface.fingerprint(), "needed": [d.patch.id for d in decisions], "runs": {}}
+    targets = [d for d in decisions if only is None or d.patch.id in only]
+    for left_out in targets:
+        subset = [d for d in decisions if d is not left_out]
+        report["runs"][left_out.patch.id] = run_generator(load_variant(texts(subset)), model, calls, reference, max_batched)
+        print(f"[proof] without {left_out.patch.id}: ok={report['runs'][left_out.patch.id]['ok']} "
+              f"{(report['runs'][left_out.patch.id]['error'] or {}).get('message', '')[:120]!r}", flush=True)
+    report["runs"]["<all>"] = run_generator(load_variant(texts(decisions)), model, calls, reference, max_batched)
+    report["all_texts_sha256"] = {rel: __import__("hashlib").sha256(t.encode()).hexdigest() for rel, t in texts(decisions).items()}
+    return report
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--model", required=True)
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--mode", choices=("installed", "proofs"), default="installed")
+    parser.add_argument("--calls", default="1,11,33,11")
+    parser.add_argument("--max-batched-tokens", type=int, default=96)
+    parser.add_argument("--only", action="append")
+    parser.add_argument("--runtime-checks", action="store_true")
+    args = parser.parse_args(argv)
+    calls = make_calls([int(n) for n in args.calls.split(",")])
+    started = time.monotonic()
+    reference = hf_reference(args.model, [p for call in calls for p in call], LAYERS)
+    doc = {"layers": LAYERS, "atol": ATOL, "hf_seconds": round(time.monotonic() - started, 2)}
+    if args.mode == "installed":
+        if args.runtime_checks:
+            doc["static_api"] = observe_static_api()
+        try:
+            import importlib
+
+            module = importlib.import_module(GEN_MOD)
+        except BaseException as exc:  # noqa: BLE001
+            doc["run"] = {"ok": False, "stage": "import", "calls": [], "error": _error(exc)}
+        else:
+            doc["run"] = run_generator(module, args.model, calls, reference, args.max_batched_tokens, args.runtime_checks)
+            if args.runtime_checks and doc["run"].get("block_size"):
+                doc["request_hashing"] = observe_request_hashing(doc["run"]["block_size"])
+    else:
+        doc["proofs"] = proofs(args.model, calls, reference, args.max_batched_tokens, args.only)
+    doc["seconds"] = round(time.monotonic() - started, 2)
+    with open(args.out, "w") as handle:
+        json.dump(doc, handle, indent=2, default=str)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

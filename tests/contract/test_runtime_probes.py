@@ -1,0 +1,39 @@
+"""a. Each probe's static claim, observed on the running vLLM of this lane."""
+
+from __future__ import annotations
+
+import pytest
+
+STATIC_API = [
+    "request.block_hasher", "request.eos_token_id", "request.structured_output_request", "request.pooling_params",
+    "scheduler.block_size", "scheduler.hash_block_size", "runner.sample_tokens_split",
+    "kv_cache.block_hasher_first_param", "kv_cache.from_groups.kv_cache_specs",
+    "scheduler_config.async_scheduling_default", "scheduler_config.max_model_len",
+    "scheduler_config.is_encoder_decoder", "cache_config.enable_prefix_caching_default", "model.input_embeddings",
+]
+
+
+@pytest.mark.parametrize("probe", STATIC_API)
+def test_static_probe_matches_imported_api(surface, patched_report, probe):
+    assert patched_report["static_api"][probe] == surface.values[probe]
+
+
+def test_request_block_hasher_claim(surface, patched_report):
+    hashes = patched_report["request_hashing"]
+    assert surface.values["request.block_hasher"] in ("optional", "required")
+    assert hashes["with_block_hasher"] == 2  # a prompt of two full blocks
+    assert hashes["without_block_hasher"] == 0  # nothing hashes it: the prefix-cache assert's cause
+
+
+def test_collective_rpc_reply_shape_claim(surface, patched_report):
+    assert patched_report["run"]["runtime"]["executor.collective_rpc.unique_reply_rank"] == (
+        surface.values["executor.collective_rpc.unique_reply_rank"]
+    )
+
+
+def test_execute_model_twice_raises_exactly_when_split(surface, patched_report):
+    runtime = patched_report["run"]["runtime"]
+    split = surface.values["runner.sample_tokens_split"]
+    assert runtime["runner.sample_tokens_split"] is split, runtime["double_execute_error"]
+    if not split:
+        assert runtime["double_execute_error"] is None
