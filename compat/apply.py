@@ -35,7 +35,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     mode = "dry-run" if args.dry_run else "verify" if args.verify else "revert" if args.revert else "apply"
     found = installed_sources()
-    missing = [m for m, (dist, _src) in found.items() if dist is None]
+    missing = [m for m in ("vllm", "speculators") if found[m][0] is None]
     if missing and not args.revert:
         for module in missing:
             print(f"error: {module} is not installed (no distribution provides the `{module}` module)", file=sys.stderr)
@@ -44,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.revert:
             return _revert(args)
-        surface = evaluate(found["vllm"][1], found["speculators"][1])
+        surface = evaluate(found["vllm"][1], found["speculators"][1], found["transformers"][1])
         decisions = registry.select(surface)
         for decision in decisions:
             if decision.patch.id in args.exclude:

@@ -107,7 +107,7 @@ class TreeSource(Source):
         if not path.is_dir():
             raise SourceError(f"not a directory: {path}")
         if version is None:
-            for meta in [path / "PKG-INFO", *path.glob("*.dist-info/METADATA")]:
+            for meta in [path / "PKG-INFO", *path.glob("vllm*.dist-info/METADATA")]:
                 if meta.is_file():
                     dist_name, version = _metadata_version(meta.read_text())
                     break

@@ -24,6 +24,7 @@ from .astkit import Reader
 from .probes import PROBES, Reading, Unknown
 from .sources import InstalledSource, Source, SourceError, open_source
 
+PACKAGES = ("vllm", "speculators", "transformers")
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "surfaces"
 
 
@@ -82,11 +83,15 @@ def _package_info(source: Source, module: str) -> dict:
     return info
 
 
-def evaluate(vllm: Source | None, speculators: Source | None, only: str | None = None) -> Surface:
+def evaluate(
+    vllm: Source | None, speculators: Source | None, transformers: Source | None = None, only: str | None = None
+) -> Surface:
     """Run every probe against its package's source; a missing package makes its probes unknown."""
     surface = Surface()
     readers = {}
-    for module, source in (("vllm", vllm), ("speculators", speculators)):
+    for module, source in (("vllm", vllm), ("speculators", speculators), ("transformers", transformers)):
+        if only and module != only:
+            continue
         surface.packages[module] = _package_info(source, module) if source else None
         readers[module] = Reader(source) if source else None
     for name, spec in sorted(PROBES.items()):
@@ -107,9 +112,9 @@ def evaluate(vllm: Source | None, speculators: Source | None, only: str | None =
 
 
 def installed_sources() -> dict[str, tuple[Any, Source | None]]:
-    """module -> (importlib Distribution or None, Source or None) for vllm and speculators."""
+    """module -> (importlib Distribution or None, Source or None) for vllm, speculators, transformers."""
     found = {}
-    for module in ("vllm", "speculators"):
+    for module in PACKAGES:
         dist = dists.find_distribution(module)
         found[module] = (dist, InstalledSource(dist) if dist is not None else None)
     return found
@@ -194,7 +199,7 @@ def main(argv: list[str] | None = None) -> int:
             surface = evaluate(open_source(path), None, only="vllm")
         else:
             found = installed_sources()
-            surface = evaluate(found["vllm"][1], found["speculators"][1])
+            surface = evaluate(*(found[m][1] for m in PACKAGES))
     except SourceError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

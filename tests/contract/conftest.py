@@ -49,7 +49,7 @@ def vllm_installed():
     from compat.surface import installed_sources
 
     found = installed_sources()
-    missing = [m for m, (dist, _) in found.items() if dist is None]
+    missing = [m for m, (dist, _) in found.items() if dist is None]  # transformers too: the model needs it
     if missing:
         pytest.fail(f"contract tests need a lane with {', '.join(missing)} installed: python3 fixtures/lanes.py test")
     return found
@@ -69,7 +69,7 @@ def tiny_model(vllm_installed) -> str:
 def surface(vllm_installed):
     from compat.surface import evaluate
 
-    return evaluate(vllm_installed["vllm"][1], vllm_installed["speculators"][1])
+    return evaluate(*(vllm_installed[m][1] for m in ("vllm", "speculators", "transformers")))
 
 
 @pytest.fixture(scope="session")

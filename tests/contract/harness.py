@@ -291,7 +291,7 @@ def needed_decisions():
     from compat.surface import evaluate, installed_sources
 
     found = installed_sources()
-    surface = evaluate(found["vllm"][1], found["speculators"][1])
+    surface = evaluate(found["vllm"][1], found["speculators"][1], found["transformers"][1])
     decisions = [d for d in registry.select(surface) if d.verdict == "needed"]
     return surface, decisions
 

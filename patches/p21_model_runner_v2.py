@@ -1,0 +1,50 @@
+from compat.declaration import Edit, Patch
+
+from ._common import SPECULATORS, TAG, V04X, WORKER
+
+PATCH = Patch(
+    id="vllm.runner.v2_has_no_input_batch",
+    title="Order captured requests without model_runner.input_batch (Model Runner V2, default from 0.29)",
+    why=(
+        "speculators 0.4.x orders each step's captures by model_runner.input_batch.req_id_to_index. "
+        "Model Runner V2 (default by architecture from 0.22, for all models from 0.29) keeps no persistent "
+        "input_batch, so capture fails with \"object has no attribute 'input_batch'\"."
+    ),
+    how=(
+        "Use input_batch when the runner has one; otherwise order the step as V2 does, with its own "
+        "sort_batch_req_ids (decode-like requests first)."
+    ),
+    upstream="vllm-project/vllm v0.22-v0.29 (v1/worker/gpu/model_runner.py, Model Runner V2 default)",
+    removal="when speculators stops reading model_runner.input_batch. UNTESTED here: V2 needs Triton, absent on this CPU",
+    target="speculators",
+    versions={"vllm": ">=0.22.0.dev0", "speculators": SPECULATORS},
+    requires={"runner.v2_default": ("by-architecture", "default")},
+    symptom="object has no attribute 'input_batch'",
+    edits={
+        V04X: {
+            WORKER: (
+                Edit(
+                    "            input_batch = self.model_runner.input_batch  # type: ignore[attr-defined]\n"
+                    "            sorted_metadata = sorted(\n"
+                    "                metadata.items(),\n"
+                    "                key=lambda item: input_batch.req_id_to_index.get(item[0], float(\"inf\")),\n"
+                    "            )\n",
+                    f"            # {TAG}: Model Runner V2 has no persistent input_batch\n"
+                    "            input_batch = getattr(self.model_runner, \"input_batch\", None)\n"
+                    "            if input_batch is not None:\n"
+                    "                sorted_metadata = sorted(\n"
+                    "                    metadata.items(),\n"
+                    "                    key=lambda item: input_batch.req_id_to_index.get(item[0], float(\"inf\")),\n"
+                    "                )\n"
+                    "            else:\n"
+                    "                from vllm.v1.worker.gpu.model_runner import sort_batch_req_ids\n"
+                    "\n"
+                    "                order = sort_batch_req_ids(\n"
+                    "                    dict(metadata), {}, getattr(self.model_runner, \"decode_query_len\", 1)\n"
+                    "                )\n"
+                    "                sorted_metadata = [(r, metadata[r]) for r in order]\n",
+                ),
+            )
+        }
+    },
+)
