@@ -13,11 +13,10 @@ Layer-index semantics (what "correct hidden states" means here):
 
 Modes:
     --installed   import the generator from site-packages as it is (patched or not)
-    --proofs      for each needed patch, run the generator with every *other*
-                  needed patch applied (composed in memory from the RECORD-proven
-                  pristine files, the same composition compat.apply writes), then
-                  with all of them; the forked vLLM worker inherits the variant
-                  worker module, so vLLM is imported once for all variants.
+    --proofs      for each needed patch, install (with the real patcher) every
+                  *other* needed patch, run the generator, then reinstall all of
+                  them and run again.  The parent imports vLLM once; vLLM's CPU
+                  platform spawns workers, which import the variant from disk.
 """
 
 from __future__ import annotations
@@ -34,7 +33,6 @@ import types
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
-os.environ.setdefault("VLLM_WORKER_MULTIPROC_METHOD", "fork")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 GEN_MOD = "speculators.data_generation.vllm_hidden_states_generator"
@@ -272,20 +270,6 @@ def observe_engine(gen) -> dict:
 # -- variants ---------------------------------------------------------------------
 
 
-def load_variant(texts: dict[str, str]):
-    """Exec composed generator/worker sources as the speculators modules (fork passes them to workers)."""
-    import importlib
-
-    importlib.import_module("speculators.data_generation")
-    for modname, relpath in ((WORKER_MOD, WORKER_FILE), (GEN_MOD, GEN_FILE)):
-        module = types.ModuleType(modname)
-        module.__file__ = f"<specdec-compat variant {relpath}>"
-        module.__package__ = modname.rpartition(".")[0]
-        sys.modules[modname] = module
-        exec(compile(texts[relpath], module.__file__, "exec"), module.__dict__)  # noqa: S102
-    return sys.modules[GEN_MOD]
-
-
 def needed_decisions():
     from compat import registry
     from compat.surface import evaluate, installed_sources
@@ -297,30 +281,40 @@ def needed_decisions():
 
 
 def proofs(model, calls, reference, max_batched, only=None):
-    from compat.patcher import Patcher, compose, open_target
+    """Leave-one-out on disk: vLLM's CPU platform spawns workers, which import from site-packages."""
+    import copy
+    import hashlib
+    import importlib
+
+    from compat.patcher import Patcher, open_target
 
     surface, decisions = needed_decisions()
     patcher = Patcher(open_target("speculators"))
-    pristine = {rel: patcher.pristine(rel).decode() for rel in (GEN_FILE, WORKER_FILE)}
 
-    def texts(subset):
-        out = {}
-        for rel, text in pristine.items():
-            composed, errors = compose(text, subset, rel)
-            if errors:
-                raise RuntimeError(f"composition failed: {errors}")
-            out[rel] = composed
-        return out
+    def install(subset):
+        fresh = [copy.copy(d) for d in subset]
+        patcher.apply(fresh, surface.fingerprint())
+        bad = [d for d in fresh if d.verdict not in ("apply", "already-applied")]
+        if bad:
+            raise RuntimeError(f"could not install variant: {[(d.patch.id, d.verdict, d.reason) for d in bad]}")
+        return importlib.reload(importlib.import_module(GEN_MOD))
 
     report = {"surface": surface.fingerprint(), "needed": [d.patch.id for d in decisions], "runs": {}}
-    targets = [d for d in decisions if only is None or d.patch.id in only]
-    for left_out in targets:
-        subset = [d for d in decisions if d is not left_out]
-        report["runs"][left_out.patch.id] = run_generator(load_variant(texts(subset)), model, calls, reference, max_batched)
-        print(f"[proof] without {left_out.patch.id}: ok={report['runs'][left_out.patch.id]['ok']} "
-              f"{(report['runs'][left_out.patch.id]['error'] or {}).get('message', '')[:120]!r}", flush=True)
-    report["runs"]["<all>"] = run_generator(load_variant(texts(decisions)), model, calls, reference, max_batched)
-    report["all_texts_sha256"] = {rel: __import__("hashlib").sha256(t.encode()).hexdigest() for rel, t in texts(decisions).items()}
+    try:
+        for left_out in [d for d in decisions if only is None or d.patch.id in only]:
+            module = install([d for d in decisions if d is not left_out])
+            run = run_generator(module, model, calls, reference, max_batched)
+            report["runs"][left_out.patch.id] = run
+            print(f"[proof] without {left_out.patch.id}: ok={run['ok']} {run['seconds']}s "
+                  f"{((run['error'] or {}).get('message') or '')[:100]!r}", flush=True)
+    finally:
+        module = install(decisions)
+    report["runs"]["<all>"] = run_generator(module, model, calls, reference, max_batched)
+    dist = open_target("speculators")
+    report["all_files_sha256"] = {
+        rel: hashlib.sha256(dist.path(rel).read_bytes()).hexdigest()
+        for d in decisions for rel in d.patch.files(d.variant)
+    }
     return report
 
 
