@@ -25,9 +25,9 @@ def _cpu_forces_sync_scheduling(vllm_source) -> bool:
 
 def _v2_needs_triton(vllm_source) -> bool:
     text = Reader(vllm_source).text("vllm/config/vllm.py") or ""
-    import importlib.util
+    from vllm.triton_utils import HAS_TRITON  # False here: "0 active driver(s) found"
 
-    return "requires Triton" in text and importlib.util.find_spec("triton") is None
+    return "requires Triton" in text and not HAS_TRITON
 
 
 def _llama_supports_eagle3(vllm_source) -> bool:
@@ -84,8 +84,10 @@ def test_every_needed_patch_is_proven(surface, proofs_report, vllm_installed, ti
         patch = decision.patch
         if patch.id in UNOBSERVABLE_ON_CPU:
             reason, check = UNOBSERVABLE_ON_CPU[patch.id]
-            assert check(vllm_installed["vllm"][1]), f"{patch.id}: the reason it cannot show here is gone: {reason}"
-            assert runs[patch.id]["ok"], f"{patch.id}: claimed harmless to leave out on CPU, but: {runs[patch.id]}"
+            if not check(vllm_installed["vllm"][1]):
+                failures.append(f"{patch.id}: the reason it cannot show here is gone: {reason}")
+            elif not runs[patch.id]["ok"]:
+                failures.append(f"{patch.id}: claimed harmless to leave out here, but: {runs[patch.id]['error']}")
             continue
         try:
             _assert_symptom(patch, runs[patch.id])
