@@ -12,7 +12,7 @@ import json
 import sys
 
 from . import registry
-from .probes import Unknown
+from .probes import PROBES, Unknown
 from .sources import SourceError, open_source
 from .surface import evaluate, installed_sources
 
@@ -22,6 +22,7 @@ KNOWN_GENERATORS = {"0.3.0": "0.3.0", "0.4.0": "0.4.x", "0.4.0.1": "0.4.x"}
 
 def surface_for(path: str, speculators: str | None):
     surface = evaluate(open_source(path), None, only="vllm")
+    _add_installed(surface, "transformers")
     if speculators is None:
         dist, source = installed_sources()["speculators"]
         if source is not None:
@@ -39,7 +40,31 @@ def surface_for(path: str, speculators: str | None):
     return surface
 
 
-def verdict_line(decisions) -> str:
+#: probe values under which no patch can help: the generator's own building blocks are missing
+UNSUPPORTED = {
+    "kv_cache.from_groups.kv_cache_specs": (
+        "no-function", "vLLM predates get_kv_cache_config_from_groups (0.11.0), which both generators are built on"),
+}
+
+
+def _add_installed(surface, module: str) -> None:
+    """Probe an installed helper package (transformers) into the plan's surface, or mark it unknown."""
+    source = installed_sources()[module][1]
+    if source is None:
+        for name, spec in PROBES.items():
+            if spec.package == module:
+                surface.values[name] = Unknown(f"{module} is not installed here")
+        return
+    extra = evaluate(None, None, source, only=module)
+    surface.values.update(extra.values)
+    surface.where.update(extra.where)
+    surface.packages[module] = extra.packages[module]
+
+
+def verdict_line(decisions, surface=None) -> str:
+    for name, (value, why) in UNSUPPORTED.items():
+        if surface is not None and surface.values.get(name) == value:
+            return f"NO: {why}"
     unknown = [d for d in decisions if d.verdict == "unknown-surface"]
     needed = [d for d in decisions if d.verdict == "needed"]
     if unknown:
@@ -61,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     decisions = registry.select(surface)
-    answer = verdict_line(decisions)
+    answer = verdict_line(decisions, surface)
     if args.json:
         doc = {"surface": surface.as_json(), "patches": [d.as_json() for d in decisions], "answer": answer}
         print(json.dumps(doc, indent=2))
@@ -74,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
             shown = "apply" if d.verdict == "needed" else d.verdict
             print(f"  {d.patch.id:{width}}  {shown:16} {d.reason}")
         print(answer)
-    return 1 if answer.startswith("UNKNOWN") else 0
+    return 0 if answer.startswith("YES") else 1
 
 
 if __name__ == "__main__":
