@@ -28,7 +28,7 @@ def render() -> str:
     for p in patches:
         lines += [f"## `{p.id}`", "", f"**Why.** {p.why}", "", f"**How.** {p.how}", ""]
         if p.symptom:
-            lines += [f"**Symptom without it.** `{p.symptom}`", ""]
+            lines += ["**Symptom without it.** " + " or ".join(f"`{x}`" for x in p.symptoms), ""]
         lines += [f"**Upstream.** {p.upstream}  ", f"**Removal.** {p.removal}", ""]
     return "\n".join(lines)
 

@@ -65,7 +65,12 @@ class Patch:
     edits: Mapping[str, Mapping[str, tuple[Edit, ...]]]
     postcondition: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     variant_probe: str = "speculators.generator"
-    symptom: str = ""  # the error text (or wrong-result kind) a user sees without it
+    symptom: str | tuple[str, ...] = ""  # error text(s), or wrong-result kind, a user sees without it
+
+    @property
+    def symptoms(self) -> tuple[str, ...]:
+        """Alternatives: the same bug surfaces differently across vLLM releases and platforms."""
+        return (self.symptom,) if isinstance(self.symptom, str) else tuple(self.symptom)
 
     def files(self, variant: str) -> tuple[str, ...]:
         return tuple(self.edits.get(variant, {}))

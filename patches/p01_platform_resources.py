@@ -29,7 +29,7 @@ PATCH = Patch(
     target="speculators",
     versions={"speculators": SPECULATORS},
     requires={},
-    symptom="No common block size for 16",
+    symptom=("Torch not compiled with CUDA enabled", "No common block size for 16"),
     edits={
         V030: {
             GENERATOR: (

@@ -44,7 +44,10 @@ PATCH = Patch(
         "cache_config.enable_prefix_caching_default": ("True",),
         "request.block_hasher": ("optional", "required"),
     },
-    symptom="assert len(request.block_hashes) >= num_full_blocks",
+    symptom=(
+        "assert len(request.block_hashes) >= num_full_blocks",  # vLLM 0.12-0.2x
+        "block_hash = new_block_hashes[i]",  # later: IndexError in BlockPool.cache_full_blocks
+    ),
     edits={
         V030: {
             GENERATOR: (

@@ -108,8 +108,40 @@ def _error(exc: BaseException) -> dict:
     return {"type": type(exc).__name__, "message": str(exc)[:2000], "traceback": text[-4000:]}
 
 
+class WorkerLog:
+    """Tee fd 2 into a file while a generator runs: spawned vLLM workers print their root cause there."""
+
+    def __enter__(self):
+        import tempfile
+
+        sys.stderr.flush()
+        self.file = tempfile.TemporaryFile()
+        self.saved = os.dup(2)
+        os.dup2(self.file.fileno(), 2)
+        return self
+
+    def __exit__(self, *exc):
+        sys.stderr.flush()
+        os.dup2(self.saved, 2)
+        os.close(self.saved)
+        self.file.seek(0)
+        self.text = self.file.read().decode("utf-8", "replace")
+        self.file.close()
+        sys.stderr.write(self.text[-20000:])
+        return False
+
+
 def run_generator(gen_module, model, calls, reference, max_batched=None, runtime_checks=False):
     """Construct the generator, run every call, compare with HF; never raises."""
+    with WorkerLog() as log:
+        out = _run_generator(gen_module, model, calls, reference, max_batched, runtime_checks)
+    if out["error"] is not None:
+        lines = [l for l in log.text.splitlines() if "Error" in l or "error" in l or "Exception" in l]
+        out["worker_log"] = "\n".join(lines[-60:])[-8000:]
+    return out
+
+
+def _run_generator(gen_module, model, calls, reference, max_batched=None, runtime_checks=False):
     hf_model, refs, num_layers = reference
     out = {"ok": False, "stage": "init", "calls": [], "error": None}
     gen = None
