@@ -40,11 +40,21 @@ def surface_for(path: str, speculators: str | None):
     return surface
 
 
-#: probe values under which no patch can help: the generator's own building blocks are missing
-UNSUPPORTED = {
-    "kv_cache.from_groups.kv_cache_specs": (
-        "no-function", "vLLM predates get_kv_cache_config_from_groups (0.11.0), which both generators are built on"),
-}
+#: (generator variant or None for any, probe, value, why): combinations no patch rescues
+UNSUPPORTED = (
+    (None, "kv_cache.from_groups.kv_cache_specs", "no-function",
+     "vLLM predates get_kv_cache_config_from_groups (0.11.0), which both generators are built on"),
+    ("0.4.x", "kv_cache.from_groups.kv_cache_specs", "required",
+     "speculators 0.4.x is written for vLLM >= 0.12.0 (no kv_cache_specs=, vllm.utils.hashing, Scheduler(block_size))"),
+)
+
+
+def unsupported(surface) -> str | None:
+    variant = surface.values.get("speculators.generator")
+    for wanted, name, value, why in UNSUPPORTED:
+        if (wanted is None or wanted == variant) and surface.values.get(name) == value:
+            return why
+    return None
 
 
 def _add_installed(surface, module: str) -> None:
@@ -62,9 +72,9 @@ def _add_installed(surface, module: str) -> None:
 
 
 def verdict_line(decisions, surface=None) -> str:
-    for name, (value, why) in UNSUPPORTED.items():
-        if surface is not None and surface.values.get(name) == value:
-            return f"NO: {why}"
+    why = unsupported(surface) if surface is not None else None
+    if why:
+        return f"NO: {why}"
     unknown = [d for d in decisions if d.verdict == "unknown-surface"]
     needed = [d for d in decisions if d.verdict == "needed"]
     if unknown:
