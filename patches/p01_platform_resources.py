@@ -29,7 +29,11 @@ PATCH = Patch(
     target="speculators",
     versions={"speculators": SPECULATORS},
     requires={},
-    symptom=("Torch not compiled with CUDA enabled", "No common block size for 16"),
+    symptom=(
+        "Torch not compiled with CUDA enabled",  # 0.3.0: torch.cuda.mem_get_info on a CPU build
+        "num_gpu_blocks > 0",  # 0.4.x: speculators' mem_get_info() is (0, 0) off-GPU -> 0 KV blocks
+        "No common block size for 16",  # block_size=16 on CPU attention (vLLM >= 0.29)
+    ),
     edits={
         V030: {
             GENERATOR: (

@@ -109,21 +109,25 @@ def _error(exc: BaseException) -> dict:
 
 
 class WorkerLog:
-    """Tee fd 2 into a file while a generator runs: spawned vLLM workers print their root cause there."""
+    """Capture fds 1 and 2 while a generator runs: spawned vLLM workers log their root cause there."""
 
     def __enter__(self):
         import tempfile
 
+        sys.stdout.flush()
         sys.stderr.flush()
         self.file = tempfile.TemporaryFile()
-        self.saved = os.dup(2)
-        os.dup2(self.file.fileno(), 2)
+        self.saved = {fd: os.dup(fd) for fd in (1, 2)}
+        for fd in self.saved:
+            os.dup2(self.file.fileno(), fd)
         return self
 
     def __exit__(self, *exc):
+        sys.stdout.flush()
         sys.stderr.flush()
-        os.dup2(self.saved, 2)
-        os.close(self.saved)
+        for fd, saved in self.saved.items():
+            os.dup2(saved, fd)
+            os.close(saved)
         self.file.seek(0)
         self.text = self.file.read().decode("utf-8", "replace")
         self.file.close()
