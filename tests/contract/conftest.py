@@ -88,5 +88,9 @@ def patched_report(pristine_report, tiny_model, tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def proofs_report(patched_report, tiny_model, tmp_path_factory):
-    """Leave-one-out over every needed patch touching the generator or worker."""
-    return harness(tmp_path_factory.mktemp("proofs") / "r.json", tiny_model, "--mode", "proofs")["proofs"]
+    """Leave-one-out over every needed patch (those unobservable here are argued, not run)."""
+    from tests.contract.test_patch_proofs import UNOBSERVABLE_ON_CPU
+
+    skips = [arg for pid in UNOBSERVABLE_ON_CPU for arg in ("--skip", pid)]
+    return harness(tmp_path_factory.mktemp("proofs") / "r.json", tiny_model, "--mode", "proofs",
+                   "--calls", "1,11,33", *skips)["proofs"]
