@@ -22,165 +22,27 @@ Modes:
 from __future__ import annotations
 
 import argparse
-import gc
 import inspect
 import json
 import os
 import sys
 import time
-import traceback
-import types
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-GEN_MOD = "speculators.data_generation.vllm_hidden_states_generator"
-WORKER_MOD = "speculators.data_generation.custom_worker"
-GEN_FILE = GEN_MOD.replace(".", "/") + ".py"
-WORKER_FILE = WORKER_MOD.replace(".", "/") + ".py"
 LAYERS = [0, 1, 3]
-MAX_MODEL_LEN = 512
-ATOL = 2e-3
 
 
-# -- inputs and reference ---------------------------------------------------------
-
-
-def make_calls(sizes, seed=0, vocab=512):
-    """Token-id prompts per call; the 33-sequence call alone exceeds 8192 tokens (chunked prefill)."""
-    import random
-
-    rng = random.Random(seed)
-    calls = []
-    for n in sizes:
-        low, high = (250, 400) if n >= 33 else (5, 300)
-        calls.append([[rng.randrange(4, vocab) for _ in range(rng.randint(low, high))] for _ in range(n)])
-    return calls
-
-
-def hf_reference(model_path, prompts, layers):
-    import torch
-    from transformers import AutoModelForCausalLM
-
-    model = AutoModelForCausalLM.from_pretrained(model_path, torch_dtype=torch.float32).eval()
-    num_layers = model.config.num_hidden_layers
-    refs = {}
-    with torch.no_grad():
-        for prompt in prompts:
-            key = tuple(prompt)
-            if key not in refs:
-                hs = model(torch.tensor([prompt]), output_hidden_states=True).hidden_states
-                refs[key] = [hs[k + 1][0] for k in layers]
-    return model, refs, num_layers
-
-
-def compare(results, prompts, refs, layers, num_layers, hf_model):
-    import torch
-
-    worst, problems = 0.0, []
-    if len(results) != len(prompts):
-        problems.append(f"{len(results)} results for {len(prompts)} prompts")
-    for i, (result, prompt) in enumerate(zip(results, prompts)):
-        if result["input_ids"].tolist() != prompt:
-            problems.append(f"result {i}: input_ids are another prompt's")
-        for j, k in enumerate(layers):
-            got = result["hidden_states"][j].float()
-            if k == num_layers - 1:
-                with torch.no_grad():
-                    got = hf_model.model.norm(got)
-            ref = refs[tuple(prompt)][j]
-            if got.shape != ref.shape:
-                problems.append(f"result {i} layer {k}: shape {tuple(got.shape)} != HF {tuple(ref.shape)}")
-                continue
-            diff = (got - ref).abs().max().item()
-            worst = max(worst, diff)
-            if diff > ATOL:
-                problems.append(f"result {i} layer {k}: max|diff| {diff:.3e}")
-    return worst, problems
-
-
-# -- running one generator ---------------------------------------------------------
-
-
-def _error(exc: BaseException) -> dict:
-    text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-    return {"type": type(exc).__name__, "message": str(exc)[:2000], "traceback": text[-4000:]}
-
-
-class WorkerLog:
-    """Capture fds 1 and 2 while a generator runs: spawned vLLM workers log their root cause there."""
-
-    def __enter__(self):
-        import tempfile
-
-        sys.stdout.flush()
-        sys.stderr.flush()
-        self.file = tempfile.TemporaryFile()
-        self.saved = {fd: os.dup(fd) for fd in (1, 2)}
-        for fd in self.saved:
-            os.dup2(self.file.fileno(), fd)
-        return self
-
-    def __exit__(self, *exc):
-        sys.stdout.flush()
-        sys.stderr.flush()
-        for fd, saved in self.saved.items():
-            os.dup2(saved, fd)
-            os.close(saved)
-        self.file.seek(0)
-        self.text = self.file.read().decode("utf-8", "replace")
-        self.file.close()
-        sys.stderr.write(self.text[-20000:])
-        return False
+from compat.confirm import GEN_MOD, error_report, hf_reference, make_calls  # noqa: E402
+from compat.confirm import run_generator as _confirm_run  # noqa: E402
 
 
 def run_generator(gen_module, model, calls, reference, max_batched=None, runtime_checks=False):
-    """Construct the generator, run every call, compare with HF; never raises."""
-    with WorkerLog() as log:
-        out = _run_generator(gen_module, model, calls, reference, max_batched, runtime_checks)
-    if out["error"] is not None:
-        lines = [l for l in log.text.splitlines() if "Error" in l or "error" in l or "Exception" in l]
-        out["worker_log"] = "\n".join(lines[-60:])[-8000:]
-    return out
-
-
-def _run_generator(gen_module, model, calls, reference, max_batched=None, runtime_checks=False):
-    hf_model, refs, num_layers = reference
-    out = {"ok": False, "stage": "init", "calls": [], "error": None}
-    gen = None
-    started = time.monotonic()
-    try:
-        cls = gen_module.VllmHiddenStatesGenerator
-        kwargs = dict(layer_ids=LAYERS, max_model_len=MAX_MODEL_LEN, tensor_parallel_size=1, dtype="float32")
-        if max_batched and "max_num_batched_tokens" in inspect.signature(cls.__init__).parameters:
-            kwargs["max_num_batched_tokens"] = max_batched
-        gen = cls(model, **kwargs)
-        out["engine_start_s"] = round(time.monotonic() - started, 2)
-        out["block_size"] = gen.vllm_config.cache_config.block_size
-        out["stage"] = "generate"
-        for prompts in calls:
-            t0 = time.monotonic()
-            results = gen.generate(prompts)
-            worst, problems = compare(results, prompts, refs, LAYERS, num_layers, hf_model)
-            out["calls"].append({"n": len(prompts), "seconds": round(time.monotonic() - t0, 2),
-                                 "max_abs_diff": worst, "problems": problems[:20]})
-        out["ok"] = all(not c["problems"] for c in out["calls"])
-        out["stage"] = "compared"
-        if runtime_checks:
-            out["runtime"] = observe_engine(gen)
-    except BaseException as exc:  # noqa: BLE001 - the report carries it
-        out["error"] = _error(exc)
-    finally:
-        if gen is not None and getattr(gen, "executor", None) is not None:
-            try:
-                gen.executor.shutdown()
-            except Exception:  # noqa: BLE001
-                pass
-        del gen
-        gc.collect()
-    out["seconds"] = round(time.monotonic() - started, 2)
-    return out
+    """compat.confirm's run, plus (on request) observation of the live engine."""
+    return _confirm_run(gen_module, model, calls, reference, LAYERS, max_batched,
+                        after=observe_engine if runtime_checks else None)
 
 
 # -- runtime observation of the static probes --------------------------------------
@@ -368,6 +230,8 @@ def main(argv=None) -> int:
     calls = make_calls([int(n) for n in args.calls.split(",")])
     started = time.monotonic()
     reference = hf_reference(args.model, [p for call in calls for p in call], LAYERS)
+    from compat.confirm import ATOL
+
     doc = {"layers": LAYERS, "atol": ATOL, "hf_seconds": round(time.monotonic() - started, 2)}
     if args.mode == "installed":
         if args.runtime_checks:
@@ -377,7 +241,7 @@ def main(argv=None) -> int:
 
             module = importlib.import_module(GEN_MOD)
         except BaseException as exc:  # noqa: BLE001
-            doc["run"] = {"ok": False, "stage": "import", "calls": [], "error": _error(exc)}
+            doc["run"] = {"ok": False, "stage": "import", "calls": [], "error": error_report(exc)}
         else:
             doc["run"] = run_generator(module, args.model, calls, reference, args.max_batched_tokens, args.runtime_checks)
             if args.runtime_checks and doc["run"].get("block_size"):
