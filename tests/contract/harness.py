@@ -84,6 +84,7 @@ def observe_static_api() -> dict:
     fields = {f.name: f for f in dataclasses.fields(SchedulerConfig)}
     if "async_scheduling" in fields:
         default = fields["async_scheduling"].default
+        default = getattr(default, "default", default)  # pydantic Field(default=None) in 0.14-0.16
         seen["scheduler_config.async_scheduling_default"] = "None->auto-on" if default is None else repr(default)
     else:
         seen["scheduler_config.async_scheduling_default"] = "absent"
