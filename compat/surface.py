@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import dists, versions
+from . import dists, probe_cache, versions
 from .astkit import Reader
 from .probes import PROBES, Reading, Unknown
 from .sources import InstalledSource, Source, SourceError, open_source
@@ -88,27 +88,43 @@ def evaluate(
 ) -> Surface:
     """Run every probe against its package's source; a missing package makes its probes unknown."""
     surface = Surface()
-    readers = {}
     for module, source in (("vllm", vllm), ("speculators", speculators), ("transformers", transformers)):
         if only and module != only:
             continue
         surface.packages[module] = _package_info(source, module) if source else None
-        readers[module] = Reader(source) if source else None
-    for name, spec in sorted(PROBES.items()):
-        if only and spec.package != only:
+        names = sorted(n for n, spec in PROBES.items() if spec.package == module)
+        if source is None:
+            surface.values.update({n: Unknown(f"{module} is not available") for n in names})
             continue
-        reader = readers[spec.package]
-        if reader is None:
-            result = Unknown(f"{spec.package} is not available")
-        else:
-            result = spec.run(reader)
-        if isinstance(result, Reading):
-            surface.values[name] = result.value
-            if result.where:
-                surface.where[name] = result.where
-        else:
-            surface.values[name] = result
+        values, where = _probe_package(module, source, names)
+        surface.values.update(values)
+        surface.where.update(where)
+    surface.values = dict(sorted(surface.values.items()))
     return surface
+
+
+def _probe_package(module: str, source: Source, names: list[str]) -> tuple[dict, dict]:
+    """Probe values (and provenance) of one package; cached for installed ones."""
+    cacheable = isinstance(source, InstalledSource)
+    if cacheable:
+        hit = probe_cache.load(module, source)
+        if hit is not None:
+            values, where = hit
+            return {k: Unknown(v["unknown"]) if isinstance(v, dict) else v for k, v in values.items()}, where
+    recording = probe_cache.Recording(source)
+    reader = Reader(recording if cacheable else source)
+    values, where = {}, {}
+    for name in names:
+        result = PROBES[name].run(reader)
+        if isinstance(result, Reading):
+            values[name] = result.value
+            if result.where:
+                where[name] = result.where
+        else:
+            values[name] = result
+    if cacheable:
+        probe_cache.store(module, source, recording, _values_json(values), where)
+    return values, where
 
 
 def installed_sources() -> dict[str, tuple[Any, Source | None]]:

@@ -27,6 +27,8 @@ WORKER = "speculators/data_generation/custom_worker.py"
 def cli(site: Path | None, *args: str) -> subprocess.CompletedProcess:
     path = [str(ROOT)] + ([str(site)] if site else [])
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(path), "PYTHONNOUSERSITE": "1"}
+    if site:
+        env["SPECDEC_COMPAT_CACHE"] = str(site.parent / "cache")
     return subprocess.run([sys.executable, "-m", "compat.apply", *args], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=120)
 

@@ -1,0 +1,76 @@
+"""A cache of probe results for installed packages, valid while the files they read are unchanged.
+
+Parsing vLLM's largest modules dominates a dry run.  An entry records every
+file the probes of one package read, with its size and mtime; it is used only
+if all of them still stat the same (a missing file must still be missing) and
+the probe code itself is unchanged.  Any doubt (corrupt, unreadable) means
+evaluating again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+
+_CODE = Path(__file__).resolve().parent
+
+
+def _cache_dir() -> Path:
+    root = os.environ.get("SPECDEC_COMPAT_CACHE") or os.path.join(Path.home(), ".cache", "specdec-compat")
+    return Path(root) / "probe-cache"
+
+
+def _code_hash() -> str:
+    digest = hashlib.sha256()
+    for path in sorted([*_CODE.glob("probes/*.py"), _CODE / "astkit.py"]):
+        digest.update(path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+class Recording:
+    """Wraps an installed Source and remembers the stat of every file asked for."""
+
+    def __init__(self, source):
+        self.source, self.seen = source, {}
+
+    def read(self, relpath):
+        self.seen[relpath] = _stat(Path(self.source.location) / relpath)
+        return self.source.read(relpath)
+
+
+def _stat(path: Path):
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return [st.st_size, st.st_mtime_ns]
+
+
+def _entry_path(package: str, source) -> Path:
+    key = hashlib.sha256(f"{_code_hash()}|{package}|{source.location}|{source.version}".encode()).hexdigest()[:24]
+    return _cache_dir() / f"{package}-{key}.json"
+
+
+def load(package: str, source):
+    """(values, where) if a valid entry exists, else None."""
+    try:
+        data = json.loads(_entry_path(package, source).read_text())
+        base = Path(source.location)
+        if all(_stat(base / rel) == stat for rel, stat in data["files"].items()):
+            return data["values"], data["where"]
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    return None
+
+
+def store(package: str, source, recording: Recording, values: dict, where: dict) -> None:
+    try:
+        path = _entry_path(package, source)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps({"files": recording.seen, "values": values, "where": where}))
+        os.replace(tmp, path)
+    except (OSError, TypeError, ValueError):
+        pass  # a cache that cannot be written is only slower
