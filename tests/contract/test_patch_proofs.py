@@ -38,6 +38,14 @@ def _llama_supports_eagle3(vllm_source) -> bool:
     return bool(cls) and any("SupportsEagle3" in ast_unparse(b) for b in cls.bases)
 
 
+def _single_pipeline_stage(_vllm_source) -> bool:
+    import inspect
+
+    from speculators.data_generation.vllm_hidden_states_generator import VllmHiddenStatesGenerator
+
+    return "pipeline_parallel_size" not in inspect.signature(VllmHiddenStatesGenerator.__init__).parameters
+
+
 def ast_unparse(node) -> str:
     import ast
 
@@ -50,6 +58,8 @@ UNOBSERVABLE_ON_CPU = {
         "vLLM's CPU platform forces async_scheduling=False", _cpu_forces_sync_scheduling),
     "vllm.runner.v2_has_no_input_batch": (
         "Model Runner V2 requires Triton, which this CPU lane lacks", _v2_needs_triton),
+    "speculators.worker.pipeline_parallel_captures": (
+        "the generator exposes no pipeline_parallel_size: one stage, nothing to lose", _single_pipeline_stage),
     "speculators.worker.language_model_wrappers": (
         "the tiny Llama implements SupportsEagle3; the gate only bites wrapper models (Kimi-K2.5)",
         _llama_supports_eagle3),

@@ -58,3 +58,19 @@ def test_patch_composes_alone_and_when_left_out(pristine, variant, patch):
 def test_catalogue_is_generated_and_current():
     committed = (ROOT / "PATCHES.md").read_text()
     assert committed == catalogue.render(), "run: python -m compat.catalogue > PATCHES.md"
+
+
+def test_pipeline_stage_merge_keeps_layer_order(pristine):
+    """The PP patch's merge, exercised on its own (PP > 1 cannot run on this CPU)."""
+    import ast
+
+    patch = next(p for p in PATCHES if p.id == "speculators.worker.pipeline_parallel_captures")
+    text = compose(pristine["0.4.x"], "0.4.x", [patch])["speculators/data_generation/vllm_hidden_states_generator.py"]
+    fn = next(n for n in ast.parse(text).body if isinstance(n, ast.FunctionDef) and n.name == "_merge_stage_captures")
+    namespace: dict = {}
+    exec(compile(ast.Module([fn], []), "merge", "exec"), namespace)  # noqa: S102
+    merge = namespace["_merge_stage_captures"]
+    # world of TP=2 x PP=2: ranks 0,2 are TP-rank-0 of stages 0 and 1
+    replies = [{"a": ["L1"], "b": ["L1b"]}, None, {"a": ["L3"], "b": ["L3b"]}, None]
+    assert merge(replies) == {"a": ["L1", "L3"], "b": ["L1b", "L3b"]}
+    assert merge([None, None]) is None

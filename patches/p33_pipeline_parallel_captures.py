@@ -1,0 +1,82 @@
+from compat.declaration import Edit, Patch, insert_after
+
+from ._common import GENERATOR, SPECULATORS, TAG, V04X, WORKER
+
+_MERGE = f'''
+
+def _merge_stage_captures(replies):
+    """{TAG}: merge each rank's {{req_id: [layer tensors]}} in rank order.
+
+    Ranks are numbered pipeline stage by stage, so rank order is layer order;
+    only TP rank 0 of each stage captures (the others reply None).
+    """
+    merged = {{}}
+    for reply in replies:
+        for req_id, layers in (reply or {{}}).items():
+            merged.setdefault(req_id, []).extend(layers)
+    return merged or None
+'''
+
+PATCH = Patch(
+    id="speculators.worker.pipeline_parallel_captures",
+    title="Keep every pipeline stage's captures (lost at pipeline-parallel size > 1)",
+    why=(
+        "The patched forward returns IntermediateTensors on every stage but the last before storing what it "
+        "captured, and the generator asks only rank 0 for captures. With pipeline parallelism the layers of "
+        "all stages but the last are dropped, and the last stage's are never fetched."
+    ),
+    how=(
+        "Store captures before handing off to the next stage, and collect every rank's reply, merging them "
+        "in rank (= stage) order."
+    ),
+    upstream="vllm-project/speculators (data_generation/custom_worker.py _patched_forward)",
+    removal=(
+        "when speculators gathers captures from every pipeline stage. UNTESTED here: speculators 0.4.x "
+        "exposes no pipeline_parallel_size and this CPU lane runs one worker; the merge is unit-tested"
+    ),
+    target="speculators",
+    versions={"speculators": SPECULATORS},
+    requires={},
+    symptom="wrong hidden states: layers of earlier pipeline stages missing (PP > 1 only)",
+    edits={
+        V04X: {
+            WORKER: (
+                Edit(
+                    "    # Return early if not last PP rank\n"
+                    "    if not get_pp_group().is_last_rank:\n"
+                    "        return IntermediateTensors(\n"
+                    '            {"hidden_states": hidden_states, "residual": residual}\n'
+                    "        )\n"
+                    "\n"
+                    "    hidden_states, _ = self.norm(hidden_states, residual)\n"
+                    "    if should_capture and aux_hidden_states:\n"
+                    "        extension._store_captured_states(aux_hidden_states)  # noqa: SLF001\n",
+                    f"    # {TAG}: store this stage's captures before handing off (PP > 1)\n"
+                    "    if should_capture and aux_hidden_states:\n"
+                    "        extension._store_captured_states(aux_hidden_states)  # noqa: SLF001\n"
+                    "\n"
+                    "    # Return early if not last PP rank\n"
+                    "    if not get_pp_group().is_last_rank:\n"
+                    "        return IntermediateTensors(\n"
+                    '            {"hidden_states": hidden_states, "residual": residual}\n'
+                    "        )\n"
+                    "\n"
+                    "    hidden_states, _ = self.norm(hidden_states, residual)\n",
+                ),
+            ),
+            GENERATOR: (
+                insert_after('__all__ = ["VllmHiddenStatesGenerator"]\n', _MERGE),
+                Edit(
+                    "        request_states_dict = self.executor.collective_rpc(\n"
+                    '            "_get_captured_states",\n'
+                    "            unique_reply_rank=0,\n"
+                    "        )\n",
+                    f"        # {TAG}: every pipeline stage holds its own layers' captures\n"
+                    "        request_states_dict = _merge_stage_captures(\n"
+                    '            self.executor.collective_rpc("_get_captured_states")\n'
+                    "        )\n",
+                ),
+            ),
+        }
+    },
+)
