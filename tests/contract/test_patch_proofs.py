@@ -14,6 +14,8 @@ from compat.astkit import Reader
 from compat.registry import load_patches
 from tests.contract.conftest import compat
 
+pytestmark = pytest.mark.proof  # the slow half: one engine start per needed patch
+
 PATCHES = {p.id: p for p in load_patches()}
 SILENT = "wrong hidden states"
 
