@@ -28,7 +28,7 @@ def _record(vllm_installed):
     return out
 
 
-def test_revert_restores_pristine_and_the_failure(vllm_installed, pristine_report, proofs_report, tiny_model, tmp_path):
+def test_revert_restores_pristine_and_the_failure(vllm_installed, pristine_report, patched_report, tiny_model, tmp_path):
     assert pristine_report["run"]["ok"] is False, "the pristine generator should fail on this lane"
     compat("--revert")
     assert _shas(vllm_installed) == _record(vllm_installed)
