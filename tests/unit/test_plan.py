@@ -25,7 +25,11 @@ SURFACES = sorted((ROOT / "fixtures" / "surfaces").glob("vllm-*.json"), key=lamb
 
 ALWAYS = {"platform.block_size_and_kv_memory", "speculators.generator.settable_dtype"}
 ONLY_030 = {"speculators.worker.language_model_wrappers", "speculators.generator.no_chunked_prefill"}
-ONLY_04X = {"speculators.generator.results_in_input_order", "speculators.generator.release_finished_prefills"}
+ONLY_04X = {
+    "speculators.generator.results_in_input_order",
+    "speculators.generator.release_finished_prefills",
+    "speculators.worker.pipeline_parallel_captures",
+}
 # (first release, patch, generators it applies to)
 CHANGE_POINTS = [
     ("0.11.1", "vllm.scheduler.block_size_required", {"0.3.0"}),
