@@ -1,4 +1,4 @@
-from compat.declaration import Edit, Patch, insert_after
+from compat.declaration import Edit, Patch, insert_after, insert_before
 
 from ._common import GENERATOR, SPECULATORS, TAG, V04X, WORKER
 
@@ -41,27 +41,18 @@ PATCH = Patch(
     edits={
         V04X: {
             WORKER: (
+                insert_before(
+                    "    # Return early if not last PP rank\n",
+                    f"    # {TAG}: store this stage's captures before handing off (PP > 1)\n"
+                    "    if should_capture and aux_hidden_states:\n"
+                    "        extension._store_captured_states(aux_hidden_states)  # noqa: SLF001\n\n",
+                ),
                 Edit(
-                    "    # Return early if not last PP rank\n"
-                    "    if not get_pp_group().is_last_rank:\n"
-                    "        return IntermediateTensors(\n"
-                    '            {"hidden_states": hidden_states, "residual": residual}\n'
-                    "        )\n"
-                    "\n"
                     "    hidden_states, _ = self.norm(hidden_states, residual)\n"
                     "    if should_capture and aux_hidden_states:\n"
                     "        extension._store_captured_states(aux_hidden_states)  # noqa: SLF001\n",
-                    f"    # {TAG}: store this stage's captures before handing off (PP > 1)\n"
-                    "    if should_capture and aux_hidden_states:\n"
-                    "        extension._store_captured_states(aux_hidden_states)  # noqa: SLF001\n"
-                    "\n"
-                    "    # Return early if not last PP rank\n"
-                    "    if not get_pp_group().is_last_rank:\n"
-                    "        return IntermediateTensors(\n"
-                    '            {"hidden_states": hidden_states, "residual": residual}\n'
-                    "        )\n"
-                    "\n"
-                    "    hidden_states, _ = self.norm(hidden_states, residual)\n",
+                    "    hidden_states, _ = self.norm(hidden_states, residual)\n"
+                    f"    # {TAG}: captures were stored above, before the pipeline hand-off\n",
                 ),
             ),
             GENERATOR: (
