@@ -27,9 +27,9 @@ from filelock import FileLock, Timeout
 
 from . import dists
 from .declaration import AnchorError
+from .layout import STATE_DIR
 from .registry import Decision
 
-STATE_DIR = ".specdec-compat"
 MANIFEST_SCHEMA = 1
 
 

@@ -14,12 +14,13 @@ import json
 import os
 from pathlib import Path
 
+from .layout import cache_root
+
 _CODE = Path(__file__).resolve().parent
 
 
 def _cache_dir() -> Path:
-    root = os.environ.get("SPECDEC_COMPAT_CACHE") or os.path.join(Path.home(), ".cache", "specdec-compat")
-    return Path(root) / "probe-cache"
+    return cache_root() / "probe-cache"
 
 
 def _code_hash() -> str:

@@ -1,6 +1,8 @@
 """pytest11 plugin: registers the ``contract`` and ``proof`` markers wherever the kit is installed."""
 
+from compat.layout import MARKERS
+
 
 def pytest_configure(config):
-    config.addinivalue_line("markers", "contract: runs real vLLM on a tiny local model (needs a lane)")
-    config.addinivalue_line("markers", "proof: leave-one-out proof of every needed patch (one engine start each)")
+    for name, text in MARKERS.items():
+        config.addinivalue_line("markers", f"{name}: {text}")

@@ -1,8 +1,8 @@
 """Paths and tags shared by the declarations."""
 
-GENERATOR = "speculators/data_generation/vllm_hidden_states_generator.py"
-WORKER = "speculators/data_generation/custom_worker.py"
+from compat.layout import GENERATOR, WORKER  # noqa: F401  (re-exported for the declarations)
+from compat.layout import SPECULATORS_CONFIG as CONFIG
+
 SPECULATORS = ">=0.3.0,<0.5"
 V030, V04X = "0.3.0", "0.4.x"
 TAG = "specdec-compat"
-CONFIG = "speculators/config.py"

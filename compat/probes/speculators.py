@@ -10,10 +10,8 @@ import hashlib
 
 from .. import astkit
 from ..astkit import Reader
+from ..layout import GENERATOR, WORKER
 from .base import Reading, Unknown, probe
-
-GENERATOR = "speculators/data_generation/vllm_hidden_states_generator.py"
-WORKER = "speculators/data_generation/custom_worker.py"
 
 #: sha256 (hex) of pristine files from the released wheels' RECORD.
 KNOWN = {

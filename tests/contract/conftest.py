@@ -14,8 +14,10 @@ from pathlib import Path
 
 import pytest
 
+from compat.layout import cache_root
+
 ROOT = Path(__file__).resolve().parents[2]
-CACHE = Path(os.environ.get("SPECDEC_COMPAT_CACHE", Path.home() / ".cache" / "specdec-compat"))
+CACHE = cache_root()
 
 
 def pytest_collection_modifyitems(config, items):

@@ -16,12 +16,11 @@ from pathlib import Path
 
 import pytest
 
+from compat.layout import GENERATOR, WORKER
 from fixtures.synthetic import install_pair
 from fixtures.wheels import wheel
 
 ROOT = Path(__file__).resolve().parents[2]
-GENERATOR = "speculators/data_generation/vllm_hidden_states_generator.py"
-WORKER = "speculators/data_generation/custom_worker.py"
 
 
 def cli(site: Path | None, *args: str) -> subprocess.CompletedProcess:
