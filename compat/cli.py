@@ -1,20 +1,58 @@
-"""The ``compat`` console script: ``compat apply|surface|plan|confirm|catalogue ...``."""
+"""The ``compat`` console script: one argparse subcommand per command module.
+
+Each module ``compat/<cmd>.py`` brings ``DESCRIPTION`` (one line),
+``add_arguments(parser)`` and ``run(args)``; this file only assembles them,
+so ``compat apply ...`` and ``python -m compat.apply ...`` parse the same way.
+A bare ``compat`` prints the help and exits 2 (a usage error: no command given).
+"""
 
 from __future__ import annotations
 
+import argparse
 import importlib
 import sys
 
-COMMANDS = ("apply", "surface", "plan", "confirm", "catalogue")
+COMMANDS = ("apply", "plan", "surface", "catalogue", "confirm")
+USAGE_ERROR = 2  # argparse's own exit status for a bad command line
+
+
+def _describe(module) -> str:
+    text = getattr(module, "DESCRIPTION", None) or (module.__doc__ or "").strip().splitlines()[0]
+    return text.replace("``", "")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="compat",
+        description="Keep speculators' EAGLE-3 hidden-state generator running and correct on moving vLLM.",
+        epilog="Run 'compat COMMAND --help' for a command's options.  Exit codes: 0 ok; 1 a patch problem or an "
+        "unknown probe; 2 environment or usage problem; 3 this speculators has no generator the kit knows.",
+    )
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", title="commands")
+    for name in COMMANDS:
+        module = importlib.import_module(f"compat.{name}")
+        description = _describe(module)
+        if hasattr(module, "add_arguments") and hasattr(module, "run"):
+            sub = commands.add_parser(name, help=description, description=description)
+            module.add_arguments(sub)
+            sub.set_defaults(handler=module.run)
+        else:  # a module still on main(argv): hand it the rest of the line untouched
+            sub = commands.add_parser(name, help=description, add_help=False, prefix_chars="\0")
+            sub.add_argument("rest", nargs=argparse.REMAINDER)
+            sub.set_defaults(handler=None, legacy=module.main)
+    return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if not argv or argv[0] not in COMMANDS:
-        print(f"usage: compat {{{'|'.join(COMMANDS)}}} [options]", file=sys.stderr)
-        return 2
-    module = importlib.import_module(f"compat.{argv[0]}")
-    return module.main(argv[1:])
+    parser = build_parser()
+    if not argv:
+        parser.print_help(sys.stderr)
+        return USAGE_ERROR
+    args = parser.parse_args(argv)
+    if args.handler is None:
+        return args.legacy(args.rest)
+    return args.handler(args)
 
 
 if __name__ == "__main__":

@@ -5,8 +5,12 @@ equal ``values`` (and fingerprint) even though their line numbers differ.
 
 CLI::
 
-    python -m compat.surface [--wheel PATH | --sdist PATH | --src PATH] [--json]
-    python -m compat.surface diff A B [--json]     # A/B: fixture version, wheel, sdist or tree
+    compat surface [--wheel PATH | --sdist PATH | --src PATH] [--json | --json-file PATH]
+    compat surface diff A B [--json | --json-file PATH]   # A/B: release, surface JSON, wheel, sdist or tree
+
+The surfaces of every vLLM release (``compat/surfaces/vllm-<version>.json``,
+made by fixtures/make_surfaces.py) ship inside the package, so ``diff`` works
+from any directory after ``pip install``.
 """
 
 from __future__ import annotations
@@ -25,7 +29,9 @@ from .probes import PROBES, Reading, Unknown
 from .sources import InstalledSource, Source, SourceError, open_source
 
 PACKAGES = ("vllm", "speculators", "transformers")
-FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "surfaces"
+#: Committed surface of every vLLM release, shipped as package data.
+SURFACES = Path(__file__).resolve().parent / "surfaces"
+DESCRIPTION = "Show the probes of the installed vLLM/speculators/transformers (or of a wheel); 'diff A B' compares two."
 
 
 @dataclass
@@ -40,9 +46,6 @@ class Surface:
         if name not in self.values:
             return Unknown(f"no probe named {name!r} in this surface")
         return self.values[name]
-
-    def unknowns(self) -> dict[str, str]:
-        return {k: v.reason for k, v in self.values.items() if isinstance(v, Unknown)}
 
     def version(self, package: str) -> str | None:
         info = self.packages.get(package)
@@ -139,7 +142,7 @@ def installed_sources() -> dict[str, tuple[Any, Source | None]]:
 def load(spec: str) -> Surface:
     """A surface from a fixture name (``0.16.0`` / ``vllm-0.16.0``), a JSON file, or a source path."""
     path = Path(spec)
-    for candidate in (path, FIXTURES / f"{spec}.json", FIXTURES / f"vllm-{spec}.json"):
+    for candidate in (path, SURFACES / f"{spec}.json", SURFACES / f"vllm-{spec}.json"):
         if candidate.is_file() and candidate.suffix == ".json":
             try:
                 return Surface.from_json(json.loads(candidate.read_text()))
@@ -147,7 +150,15 @@ def load(spec: str) -> Surface:
                 raise SourceError(f"corrupt surface file {candidate}: {exc}") from exc
     if path.exists():
         return evaluate(open_source(path), None, only="vllm")
-    raise SourceError(f"no surface fixture, wheel, sdist or tree named {spec!r}")
+    known = known_releases() or ["none"]
+    raise SourceError(f"no release surface, surface JSON, wheel, sdist or tree named {spec!r} "
+                      f"(shipped releases: {known[0]} .. {known[-1]}, {len(known)} in all)")
+
+
+def known_releases() -> list[str]:
+    """The vLLM releases whose surface ships with the kit, oldest first."""
+    names = [p.stem[len("vllm-"):] for p in SURFACES.glob("vllm-*.json")]
+    return sorted(names, key=versions.parse)
 
 
 def diff(a: Surface, b: Surface) -> dict[str, tuple[Any, Any]]:
@@ -166,6 +177,7 @@ def _show(value) -> str:
 
 
 def render(surface: Surface) -> str:
+    """Header lines, then one aligned row per probe: name, value (or "unknown"), then where or why."""
     lines = []
     for module, info in surface.packages.items():
         if info is None:
@@ -174,53 +186,67 @@ def render(surface: Surface) -> str:
             commit = f" commit {info['commit']}" if info.get("commit") else ""
             lines.append(f"{module:12} {info['name']} {info['version']}{commit} [{info['kind']}]")
     lines.append(f"fingerprint  {surface.fingerprint()}")
-    width = max((len(n) for n in surface.values), default=10)
+    rows = [("PROBE", "VALUE", "WHERE / WHY UNKNOWN")]
     for name, value in sorted(surface.values.items()):
-        where = surface.where.get(name, "")
-        lines.append(f"  {name:{width}}  {_show(value):24} {where}")
+        if isinstance(value, Unknown):
+            rows.append((name, "unknown", value.reason))
+        else:
+            rows.append((name, str(value), surface.where.get(name, "")))
+    name_w = max(len(r[0]) for r in rows)
+    value_w = max(len(r[1]) for r in rows)
+    lines += [f"  {n:{name_w}}  {v:{value_w}}  {w}".rstrip() for n, v, w in rows]
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if argv and argv[0] == "diff":
-        parser = argparse.ArgumentParser(prog="python -m compat.surface diff")
-        parser.add_argument("a")
-        parser.add_argument("b")
-        parser.add_argument("--json", action="store_true")
-        args = parser.parse_args(argv[1:])
-        try:
-            changes = diff(load(args.a), load(args.b))
-        except SourceError as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            return 2
-        if args.json:
-            print(json.dumps({k: {"old": _jsonable(o), "new": _jsonable(n)} for k, (o, n) in changes.items()}, indent=2))
-        else:
-            if not changes:
-                print(f"{args.a} -> {args.b}: no probe changed")
-            for name, (old, new) in changes.items():
-                print(f"{name}: {_show(old)} -> {_show(new)}")
-        return 0
-    parser = argparse.ArgumentParser(prog="python -m compat.surface")
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.epilog = ("'diff A B' lists the probes whose values differ between A and B; each is a vLLM release "
+                     "(e.g. 0.16.0, surfaces ship with the kit), a surface JSON file, a wheel, an sdist or a tree.")
     group = parser.add_mutually_exclusive_group()
-    group.add_argument("--wheel")
-    group.add_argument("--sdist")
-    group.add_argument("--src")
-    parser.add_argument("--json", action="store_true")
-    args = parser.parse_args(argv)
-    path = args.wheel or args.sdist or args.src
+    group.add_argument("--wheel", metavar="PATH", help="probe this vLLM wheel instead of the installed packages")
+    group.add_argument("--sdist", metavar="PATH", help="probe this vLLM sdist")
+    group.add_argument("--src", metavar="PATH", help="probe this vLLM source tree")
+    _json_options(parser)
+    actions = parser.add_subparsers(dest="action", title="subcommands")
+    sub = actions.add_parser("diff", help="probes whose values differ between two vLLM releases, wheels or trees",
+                             description="List the probes whose values differ between A and B.", epilog=parser.epilog)
+    sub.add_argument("a", metavar="A", help="old side: release (0.16.0), surface JSON, wheel, sdist or tree")
+    sub.add_argument("b", metavar="B", help="new side, same forms as A")
+    _json_options(sub)
+
+
+def _json_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--json", action="store_true", help="print the JSON document to stdout instead of the table")
+    parser.add_argument("--json-file", metavar="PATH", help="also write the JSON document to PATH")
+
+
+def run(args: argparse.Namespace) -> int:
     try:
-        if path:
-            surface = evaluate(open_source(path), None, only="vllm")
+        if getattr(args, "action", None) == "diff":
+            changes = diff(load(args.a), load(args.b))
+            doc = {k: {"old": _jsonable(o), "new": _jsonable(n)} for k, (o, n) in changes.items()}
+            text = "\n".join(f"{name}: {_show(old)} -> {_show(new)}" for name, (old, new) in changes.items())
+            text = text or f"{args.a} -> {args.b}: no probe changed"
         else:
-            found = installed_sources()
-            surface = evaluate(*(found[m][1] for m in PACKAGES))
-    except SourceError as exc:
+            path = args.wheel or args.sdist or args.src
+            if path:
+                surface = evaluate(open_source(path), None, only="vllm")
+            else:
+                found = installed_sources()
+                surface = evaluate(*(found[m][1] for m in PACKAGES))
+            doc, text = surface.as_json(), render(surface)
+        if args.json_file:
+            Path(args.json_file).write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n")
+    except (SourceError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    print(json.dumps(surface.as_json(), indent=2) if args.json else render(surface))
+    print(json.dumps(doc, indent=2) if args.json else text)
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="compat surface", description=DESCRIPTION)
+    add_arguments(parser)
+    return run(parser.parse_args(argv))
 
 
 def _jsonable(value):

@@ -18,10 +18,10 @@ from packaging.version import Version
 
 from compat.plan import verdict_line
 from compat.registry import select
-from compat.surface import Surface
+from compat.surface import SURFACES as SURFACES_DIR, Surface
 
 ROOT = Path(__file__).resolve().parents[2]
-SURFACES = sorted((ROOT / "fixtures" / "surfaces").glob("vllm-*.json"), key=lambda p: Version(p.stem[5:]))
+SURFACES = sorted(SURFACES_DIR.glob("vllm-*.json"), key=lambda p: Version(p.stem[5:]))
 
 ALWAYS = {"platform.block_size_and_kv_memory", "speculators.generator.settable_dtype"}
 ONLY_030 = {"speculators.worker.language_model_wrappers", "speculators.generator.no_chunked_prefill"}

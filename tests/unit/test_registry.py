@@ -7,17 +7,16 @@ unknown a candidate patch depends on is reported as unknown-surface.
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from compat.probes import Unknown
 from compat.registry import judge, load_patches
-from compat.surface import Surface
+from compat.surface import SURFACES as SURFACES_DIR, Surface
 
 PATCHES = load_patches()
-SURFACES = sorted((Path(__file__).resolve().parents[2] / "fixtures" / "surfaces").glob("vllm-*.json"))
+SURFACES = sorted(SURFACES_DIR.glob("vllm-*.json"))
 OBSERVED: dict[str, set] = {}
 for _path in SURFACES:
     for _name, _value in json.loads(_path.read_text())["probes"].items():

@@ -35,7 +35,7 @@ def test_diff_between_fixture_and_wheel_of_the_same_release_is_empty():
 
 def test_unknown_fixture_is_a_clear_error():
     proc = surface_cli("diff", "0.0.1", "0.11.0")
-    assert proc.returncode == 2 and "no surface fixture" in proc.stderr
+    assert proc.returncode == 2 and "no release surface" in proc.stderr and "0.8.5 .. " in proc.stderr
 
 
 def test_surface_of_a_wheel_shows_provenance():
