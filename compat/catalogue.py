@@ -1,13 +1,18 @@
-"""``python -m compat.catalogue``: render the patch declarations as a markdown table.
+"""``compat catalogue``: render the patch declarations as a markdown table.
 
 The catalogue is generated, never hand-written, so it cannot drift from the code.
 """
 
 from __future__ import annotations
 
+import argparse
+import json
 import sys
+from pathlib import Path
 
 from .registry import load_patches
+
+DESCRIPTION = "Print the patch catalogue (the markdown PATCHES.md is generated from) or the patch list as JSON."
 
 
 def render() -> str:
@@ -33,9 +38,41 @@ def render() -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
-    sys.stdout.write(render())
+def as_json() -> dict:
+    """The declarations' user-facing fields, one entry per patch."""
+    fields = ("id", "title", "why", "how", "upstream", "removal")
+    return {"patches": [{**{f: getattr(p, f) for f in fields}, "requires": {k: list(map(str, v)) for k, v in
+                         p.requires.items()}, "generators": sorted(p.edits), "symptoms": list(p.symptoms)}
+                        for p in load_patches()]}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--json", action="store_true", help="print the catalogue as JSON to stdout instead of markdown")
+    parser.add_argument("--json-file", metavar="PATH", help="also write the JSON catalogue to PATH")
+    parser.add_argument("--output", "-o", metavar="PATH", help="write the markdown to PATH instead of stdout "
+                        "(e.g. PATCHES.md)")
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        if args.json_file:
+            Path(args.json_file).write_text(json.dumps(as_json(), indent=2) + "\n")
+        if args.json:
+            print(json.dumps(as_json(), indent=2))
+        elif args.output:
+            Path(args.output).write_text(render())
+        else:
+            sys.stdout.write(render())
+    except OSError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="compat catalogue", description=DESCRIPTION)
+    add_arguments(parser)
+    return run(parser.parse_args(argv))
 
 
 if __name__ == "__main__":
