@@ -29,10 +29,6 @@ class Source:
     def read(self, relpath: str) -> str | None:  # pragma: no cover - abstract
         raise NotImplementedError
 
-    def describe(self) -> str:
-        ver = self.version or "?"
-        return f"{self.dist_name or '?'} {ver} ({self.kind}: {self.location})"
-
 
 def _metadata_version(text: str) -> tuple[str | None, str | None]:
     msg = email.parser.Parser().parsestr(text, headersonly=True)
@@ -40,8 +36,15 @@ def _metadata_version(text: str) -> tuple[str | None, str | None]:
 
 
 class InstalledSource(Source):
-    def __init__(self, dist: md.Distribution):
-        base = Path(str(dist.locate_file("")))
+    """An installed distribution's files, read from ``base``: where the imported copy lives.
+
+    ``base`` comes from :func:`compat.dists.locate` (an editable install's
+    package lives in its project, not beside the dist-info); it defaults to the
+    dist-info's directory.
+    """
+
+    def __init__(self, dist: md.Distribution, base: str | Path | None = None):
+        base = Path(str(dist.locate_file(""))) if base is None else Path(base)
         super().__init__("installed", str(base), dist.metadata["Name"], dist.version)
         self._base = base
 

@@ -134,8 +134,8 @@ def installed_sources() -> dict[str, tuple[Any, Source | None]]:
     """module -> (importlib Distribution or None, Source or None) for vllm, speculators, transformers."""
     found = {}
     for module in PACKAGES:
-        dist = dists.find_distribution(module)
-        found[module] = (dist, InstalledSource(dist) if dist is not None else None)
+        located = dists.locate(module)  # raises dists.AmbiguousInstall (a SourceError) for a doubtful copy
+        found[module] = (located.dist, InstalledSource(located.dist, located.base)) if located else (None, None)
     return found
 
 
