@@ -22,7 +22,7 @@ PATCH = Patch(
     upstream="vllm-project/vllm v0.33.0 (vllm/v1/core/kv_cache_planning.py)",
     removal="when speculators imports from kv_cache_planning. UNTESTED at runtime here: no CPU build of 0.33 exists",
     target="speculators",
-    versions={"vllm": ">=0.33.0.dev0", "speculators": SPECULATORS},
+    versions={"vllm": ">=0.32.0.dev0", "speculators": SPECULATORS},
     requires={"kv_cache.module": ("vllm.v1.core.kv_cache_planning",)},
     symptom="cannot import name 'get_kv_cache_config_from_groups'",
     edits={

@@ -13,7 +13,7 @@ PATCH = Patch(
     upstream="vllm-project/vllm v0.12.0 (kv_cache_utils.get_kv_cache_config_from_groups signature)",
     removal="when kv_cache.from_groups.kv_cache_specs is required on every supported vLLM (i.e. never again), or speculators 0.3.0 support is dropped",
     target="speculators",
-    versions={"vllm": ">=0.12.0.dev0", "speculators": SPECULATORS},
+    versions={"vllm": ">=0.11.0.dev0", "speculators": SPECULATORS},
     requires={"kv_cache.from_groups.kv_cache_specs": ("absent",)},
     symptom="get_kv_cache_config_from_groups() got an unexpected keyword argument 'kv_cache_specs'",
     edits={

@@ -10,7 +10,7 @@ PATCH = Patch(
     upstream="vllm-project/vllm v0.11.1 (v1/core/sched/scheduler.py Scheduler.__init__)",
     removal="when speculators 0.3.0 support is dropped (0.4.x passes it)",
     target="speculators",
-    versions={"vllm": ">=0.11.1.dev0", "speculators": SPECULATORS},
+    versions={"vllm": ">=0.11.0.dev0", "speculators": SPECULATORS},
     requires={"scheduler.block_size": ("required", "optional")},
     symptom="missing 1 required positional argument: 'block_size'",
     edits={

@@ -13,7 +13,7 @@ PATCH = Patch(
     upstream="vllm-project/vllm v0.12.0 (vllm/config/scheduler.py InitVars)",
     removal="when speculators 0.3.0 support is dropped (0.4.x passes it)",
     target="speculators",
-    versions={"vllm": ">=0.12.0.dev0", "speculators": SPECULATORS},
+    versions={"vllm": ">=0.11.0.dev0", "speculators": SPECULATORS},
     requires={"scheduler_config.is_encoder_decoder": ("required",)},
     symptom="is_encoder_decoder",
     edits={

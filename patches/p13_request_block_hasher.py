@@ -39,7 +39,7 @@ PATCH = Patch(
     upstream="vllm-project/vllm v0.12.0 (CacheConfig.enable_prefix_caching=True); vllm-project/speculators#279",
     removal="when speculators 0.3.0 support is dropped (0.4.x builds the hasher and disables prefix caching)",
     target="speculators",
-    versions={"vllm": ">=0.12.0.dev0", "speculators": SPECULATORS},
+    versions={"vllm": ">=0.11.0.dev0", "speculators": SPECULATORS},
     requires={
         "cache_config.enable_prefix_caching_default": ("True",),
         "request.block_hasher": ("optional", "required"),
