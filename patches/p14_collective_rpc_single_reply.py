@@ -15,7 +15,7 @@ PATCH = Patch(
     upstream="vllm-project/vllm v0.11.1 (v1/executor/multiproc_executor.py collective_rpc)",
     removal="when speculators 0.3.0 support is dropped (0.4.x expects the single reply)",
     target="speculators",
-    versions={"vllm": ">=0.11.1.dev0", "speculators": SPECULATORS},
+    versions={"vllm": ">=0.11.0.dev0", "speculators": SPECULATORS},
     requires={"executor.collective_rpc.unique_reply_rank": ("single",)},
     symptom="Boolean value of Tensor with more than one value is ambiguous",
     edits={

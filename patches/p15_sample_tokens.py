@@ -13,7 +13,7 @@ PATCH = Patch(
     upstream="vllm-project/vllm v0.11.1 (v1/worker/gpu_model_runner.py execute_model/sample_tokens)",
     removal="when speculators 0.3.0 support is dropped (0.4.x pairs them)",
     target="speculators",
-    versions={"vllm": ">=0.11.1.dev0", "speculators": SPECULATORS},
+    versions={"vllm": ">=0.11.0.dev0", "speculators": SPECULATORS},
     requires={"runner.sample_tokens_split": (True,)},
     symptom="sample_tokens() must be called after execute_model() returns None",
     edits={

@@ -14,7 +14,7 @@ PATCH = Patch(
     upstream="vllm-project/vllm v0.11.1 (model_executor/models: embed_input_ids)",
     removal="when speculators 0.3.0 support is dropped (0.4.x uses embed_input_ids)",
     target="speculators",
-    versions={"vllm": ">=0.11.1.dev0", "speculators": SPECULATORS},
+    versions={"vllm": ">=0.11.0.dev0", "speculators": SPECULATORS},
     requires={"model.input_embeddings": ("embed_input_ids",)},
     symptom="object has no attribute 'get_input_embeddings'",
     edits={

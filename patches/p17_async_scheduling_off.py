@@ -19,7 +19,7 @@ PATCH = Patch(
     upstream="vllm-project/vllm v0.14.0 (SchedulerConfig.async_scheduling default None)",
     removal="when speculators sets async_scheduling=False itself",
     target="speculators",
-    versions={"vllm": ">=0.14.0.dev0", "speculators": SPECULATORS},
+    versions={"vllm": ">=0.13.0.dev0", "speculators": SPECULATORS},
     requires={"scheduler_config.async_scheduling_default": ("None->auto-on",)},
     symptom="(GPU only: vLLM's CPU platform forces async_scheduling=False)",
     edits={V030: {GENERATOR: (_EDIT,)}, V04X: {GENERATOR: (_EDIT,)}},

@@ -32,7 +32,7 @@ PATCH = Patch(
     upstream="vllm-project/vllm v0.17.0 (v1/request.py Request.__init__)",
     removal="when speculators builds Requests without eos_token_id",
     target="speculators",
-    versions={"vllm": ">=0.17.0.dev0", "speculators": SPECULATORS},
+    versions={"vllm": ">=0.16.0.dev0", "speculators": SPECULATORS},
     requires={"request.eos_token_id": ("absent",)},
     symptom="unexpected keyword argument 'eos_token_id'",
     edits={V030: {GENERATOR: _EDITS}, V04X: {GENERATOR: _EDITS}},

@@ -33,7 +33,7 @@ PATCH = Patch(
     upstream="vllm-project/vllm v0.29.0 (CacheConfig.kv_cache_layout, resolve_kv_cache_layout)",
     removal="when speculators resolves the layout itself",
     target="speculators",
-    versions={"vllm": ">=0.29.0.dev0", "speculators": SPECULATORS},
+    versions={"vllm": ">=0.28.0.dev0", "speculators": SPECULATORS},
     requires={"cache_config.kv_cache_layout_resolution": ("required",)},
     symptom="KV cache layout has not been resolved yet",
     edits={V030: {GENERATOR: _EDITS}, V04X: {GENERATOR: _EDITS}},
