@@ -87,29 +87,30 @@ def locate(module: str, site: str | Path | None = None) -> Located | None:
     others = [(dist, entry) for dist, entry in copies if entry != origin and entry.exists()]
     if not claims:
         claims = [d for d in _editables(path) if _inside(origin, _editable_root(d))]
-    where = f"Python imports {module} from {origin}"
-    if len(claims) > 1:
-        raise AmbiguousInstall(
-            f"{where}, and {len(claims)} dist-infos claim that copy: "
-            + " and ".join(_describe(d) for d in claims)
-            + ". Delete the stale dist-info, then `pip install --force-reinstall` the version you want. Nothing was changed."
-        )
-    if claims and others:
-        raise AmbiguousInstall(
-            f"{1 + len(others)} copies of {module} are installed: "
-            + " and ".join(_copy(d, e, module) for d, e in [(claims[0], origin), *others])
-            + ". Python imports the first here, but another interpreter setting (a worker process, python -s, "
-            "another PYTHONPATH) may import another. Uninstall all but one. Nothing was changed."
-        )
+    if len(claims) > 1 or others:
+        raise AmbiguousInstall(_doubt(module, origin, claims, others))
     if not claims:
-        if not others:
-            return None  # importable, but no distribution provides it (a bare checkout on sys.path)
-        raise AmbiguousInstall(
-            f"{where}, which no installed distribution lists in its RECORD; "
-            + " and ".join(_copy(d, e, module) for d, e in others)
-            + (" is a copy" if len(others) == 1 else " are copies") + " that Python does not import. Refusing to read or patch a copy that is not loaded. Nothing was changed."
-        )
+        return None  # importable, but no distribution provides it (a bare checkout on sys.path)
     return Located(module, claims[0], origin, _package_path(origin, module).parent)
+
+
+def _doubt(module: str, origin: Path, claims: list[md.Distribution], others: list[tuple[md.Distribution, Path]]) -> str:
+    """Why the imported copy of ``module`` cannot be tied to one distribution, naming every path involved."""
+    unchanged = "Nothing was changed."
+    if len(claims) > 1:
+        return (f"Python imports {module} from {origin}, and {len(claims)} dist-infos claim that copy: "
+                + " and ".join(_describe(d) for d in claims)
+                + ". Delete the stale dist-info, then `pip install --force-reinstall` the version you want. "
+                + unchanged)
+    if claims:
+        copies = [_copy(claims[0], origin, module)] + [_copy(d, e, module) for d, e in others]
+        return (f"{len(copies)} copies of {module} are installed: " + " and ".join(copies)
+                + ". Python imports the first here, but another interpreter setting (a worker process, python -s, "
+                f"another PYTHONPATH) may import another. Uninstall all but one. {unchanged}")
+    copies = " and ".join(_copy(d, e, module) for d, e in others)
+    return (f"Python imports {module} from {origin}, which no installed distribution lists in its RECORD; "
+            f"{copies} {'is a copy' if len(others) == 1 else 'are copies'} that Python does not import. "
+            f"Refusing to read or patch a copy that is not loaded. {unchanged}")
 
 
 def _imported_file(module: str, path: list[str] | None) -> Path | None:
@@ -146,7 +147,7 @@ def _copies(module: str, path: list[str] | None) -> list[tuple[md.Distribution, 
 
 
 def _is_entry(parts: tuple[str, ...], module: str) -> bool:
-    """``module/__init__.py`` (or a compiled ``__init__``) for a package, ``module.py`` / ``module.<abi>.so`` for a module."""
+    """A package's ``module/__init__.py`` (or compiled ``__init__``), a module's ``module.py`` / ``module.<abi>.so``."""
     suffixes = tuple(importlib.machinery.all_suffixes())
     if len(parts) == 2:
         return parts[0] == module and parts[1].startswith("__init__.") and parts[1].endswith(suffixes)
@@ -168,7 +169,7 @@ def _providers(module: str, path: list[str] | None) -> list[md.Distribution]:
         top = dist.read_text("top_level.txt")
         if (top is not None and module in top.split()) or in_record.search(dist.read_text("RECORD") or ""):
             key = _dist_path(dist)
-            if key not in seen and dist.metadata["Name"]:
+            if key not in seen and _name(dist):
                 seen.add(key)
                 out.append(dist)
     return out
@@ -179,10 +180,18 @@ def _editables(path: list[str] | None) -> list[md.Distribution]:
     seen, out = set(), []
     for dist in md.distributions(path=path) if path is not None else md.distributions():
         key = _dist_path(dist)
-        if key not in seen and _is_editable(dist) and _editable_root(dist) is not None:
+        if key not in seen and _name(dist) and _is_editable(dist) and _editable_root(dist) is not None:
             seen.add(key)
             out.append(dist)
     return out
+
+
+def _name(dist: md.Distribution) -> str | None:
+    """The distribution's name, ``None`` for a dist-info without usable METADATA (a half-deleted install)."""
+    try:
+        return dist.metadata["Name"]
+    except (KeyError, TypeError):
+        return None
 
 
 def _direct_url(dist: md.Distribution) -> dict:
@@ -216,15 +225,15 @@ def _dist_path(dist: md.Distribution) -> str:
     own = getattr(dist, "_path", None)
     if own is not None:
         return os.path.realpath(str(own))
-    return f"{dist.metadata['Name']}@{os.path.realpath(str(dist.locate_file('')))}"
+    return f"{_name(dist)}@{os.path.realpath(str(dist.locate_file('')))}"
 
 
 def _describe(dist: md.Distribution) -> str:
-    return f"{dist.metadata['Name']} {dist.version} ({_dist_path(dist)})"
+    return f"{_name(dist)} {dist.version} ({_dist_path(dist)})"
 
 
 def _copy(dist: md.Distribution, entry: Path, module: str) -> str:
-    return f"{_package_path(entry, module)} ({dist.metadata['Name']} {dist.version}, {_dist_path(dist)})"
+    return f"{_package_path(entry, module)} ({_name(dist)} {dist.version}, {_dist_path(dist)})"
 
 
 def _package_path(origin: Path, module: str) -> Path:
