@@ -31,9 +31,9 @@ PATCH = Patch(
     requires={},
     symptom=(
         "Torch not compiled with CUDA enabled",  # 0.3.0: torch.cuda.mem_get_info on a CPU build
-        "Found no NVIDIA driver",  # 0.3.0: the same on a CUDA build of torch without a GPU
-        "num_gpu_blocks > 0",  # 0.4.x: speculators' mem_get_info() is (0, 0) off-GPU -> 0 KV blocks
-        "No common block size for 16",  # block_size=16 on CPU attention (vLLM >= 0.29)
+        "Found no NVIDIA driver on your system",  # 0.3.0: the same on a CUDA build of torch without a GPU
+        "assert num_gpu_blocks is not None and num_gpu_blocks > 0",  # 0.4.x: speculators' mem_get_info() is (0, 0) off-GPU -> 0 KV blocks
+        "No common block size for 16 (CPU_ATTN: [MultipleOf(32)])",  # block_size=16 on CPU attention (vLLM >= 0.29)
     ),
     edits={
         V030: {

@@ -32,6 +32,6 @@ PATCH = Patch(
     target="speculators",
     versions={"speculators": SPECULATORS},
     requires={"transformers.config_torch_annotation": ("unresolvable",)},
-    symptom="name 'torch' is not defined",
+    symptom="PydanticUndefinedAnnotation: name 'torch' is not defined",
     edits={V030: {CONFIG: (_EDIT,)}, V04X: {CONFIG: (_EDIT,)}},
 )

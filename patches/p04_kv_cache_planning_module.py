@@ -24,7 +24,7 @@ PATCH = Patch(
     target="speculators",
     versions={"vllm": ">=0.32.0.dev0", "speculators": SPECULATORS},
     requires={"kv_cache.module": ("vllm.v1.core.kv_cache_planning",)},
-    symptom="cannot import name 'get_kv_cache_config_from_groups'",
+    symptom="cannot import name 'get_kv_cache_config_from_groups' from 'vllm.v1.core.kv_cache_utils'",
     edits={
         V030: {
             GENERATOR: (

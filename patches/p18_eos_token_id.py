@@ -34,6 +34,6 @@ PATCH = Patch(
     target="speculators",
     versions={"vllm": ">=0.16.0.dev0", "speculators": SPECULATORS},
     requires={"request.eos_token_id": ("absent",)},
-    symptom="unexpected keyword argument 'eos_token_id'",
+    symptom="Request.__init__() got an unexpected keyword argument 'eos_token_id'",
     edits={V030: {GENERATOR: _EDITS}, V04X: {GENERATOR: _EDITS}},
 )

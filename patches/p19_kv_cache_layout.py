@@ -35,6 +35,9 @@ PATCH = Patch(
     target="speculators",
     versions={"vllm": ">=0.28.0.dev0", "speculators": SPECULATORS},
     requires={"cache_config.kv_cache_layout_resolution": ("required",)},
-    symptom="KV cache layout has not been resolved yet",
+    symptom=(
+        "KV cache layout has not been resolved yet; it is resolved once by the engine core "
+        "(resolve_kv_cache_layout) unless explicitly set by the user."
+    ),
     edits={V030: {GENERATOR: _EDITS}, V04X: {GENERATOR: _EDITS}},
 )

@@ -17,7 +17,7 @@ PATCH = Patch(
     target="speculators",
     versions={"speculators": SPECULATORS},
     requires={},
-    symptom="not found in captured states",
+    symptom="not found in captured states. Available: [",  # RuntimeError(f"Request {req_id} ...")
     edits={
         V04X: {
             GENERATOR: (

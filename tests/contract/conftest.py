@@ -90,9 +90,15 @@ def patched_report(pristine_report, tiny_model, tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def proofs_report(patched_report, tiny_model, tmp_path_factory):
-    """Leave-one-out over every needed patch (those unobservable here are argued, not run)."""
+    """Leave-one-out over every needed patch; those that cannot show here share one observed run."""
     from tests.contract.test_patch_proofs import UNOBSERVABLE_ON_CPU
 
-    skips = [arg for pid in UNOBSERVABLE_ON_CPU for arg in ("--skip", pid)]
+    together = [arg for pid in UNOBSERVABLE_ON_CPU for arg in ("--together", pid)]
     return harness(tmp_path_factory.mktemp("proofs") / "r.json", tiny_model, "--mode", "proofs",
-                   "--calls", "1,11,33", *skips)["proofs"]
+                   "--calls", "1,11,33", *together)["proofs"]
+
+
+@pytest.fixture(scope="session")
+def bf16_report(patched_report, tiny_model, tmp_path_factory):
+    """The patched generator run in bfloat16 and compared with HF float32: the tolerance must reject it."""
+    return harness(tmp_path_factory.mktemp("bf16") / "r.json", tiny_model, "--dtype", "bfloat16", "--calls", "1,11")

@@ -12,11 +12,16 @@ Layer-index semantics (what "correct hidden states" means here):
     the model's final norm before comparing.
 
 Modes:
-    --installed   import the generator from site-packages as it is (patched or not)
-    --proofs      for each needed patch, install (with the real patcher) every
-                  *other* needed patch, run the generator, then reinstall all of
-                  them and run again.  The parent imports vLLM once; vLLM's CPU
-                  platform spawns workers, which import the variant from disk.
+    --installed   import the generator from site-packages as it is (patched or not);
+                  --dtype bfloat16 runs it downcast, to prove the tolerance rejects that
+    --proofs      for each needed patch, install every *other* needed patch (the kit's
+                  own ``compat.apply --exclude``), run the generator; patches whose bug
+                  cannot show on this CPU (--together) are left out in one shared run that
+                  observes, in the engine and its workers, why.  The parent imports vLLM
+                  once; vLLM's CPU platform spawns workers, which import the variant from disk.
+
+Every run records the scheduler's steps (tokens per request per step), so a
+claim that prefill was chunked is observed, not assumed.
 """
 
 from __future__ import annotations
@@ -32,17 +37,16 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-LAYERS = [0, 1, 3]
-
-
-from compat.confirm import GEN_MOD, error_report, hf_reference, make_calls  # noqa: E402
+from compat.confirm import GEN_MOD, RTOL, TOLERANCE_RULE, error_report, hf_reference, make_calls, num_layers  # noqa: E402
 from compat.confirm import run_generator as _confirm_run  # noqa: E402
 
+LOG = None  # vLLM's log for this harness run (beside --out)
 
-def run_generator(gen_module, model, calls, reference, max_batched=None, runtime_checks=False):
-    """compat.confirm's run, plus (on request) observation of the live engine."""
-    return _confirm_run(gen_module, model, calls, reference, LAYERS, max_batched,
-                        after=observe_engine if runtime_checks else None)
+
+def run_generator(gen_module, model, calls, reference, layers, max_batched=None, after=None, dtype="float32"):
+    """compat.confirm's run (every captured layer vs HF), optionally observing the live engine."""
+    return _confirm_run(gen_module, model, calls, reference, layers, max_batched, after=after, dtype=dtype,
+                        log_path=LOG)
 
 
 # -- runtime observation of the static probes --------------------------------------
@@ -97,6 +101,9 @@ def observe_static_api() -> dict:
         except Exception as exc:  # pydantic's ValidationError: "Field required"
             seen[f"scheduler_config.{name}"] = "required" if "required" in str(exc).lower() else f"error: {exc}"
     seen["cache_config.enable_prefix_caching_default"] = repr(CacheConfig().enable_prefix_caching)
+    seen["cache_config.kv_cache_layout_resolution"] = observe_layout_resolution(CacheConfig)
+    seen["kv_cache.module"] = observe_kv_planning_module()
+    seen["transformers.config_torch_annotation"] = observe_config_torch_annotation()
     try:
         from vllm.model_executor.models.llama import LlamaModel
 
@@ -104,6 +111,123 @@ def observe_static_api() -> dict:
     except Exception as exc:  # noqa: BLE001
         seen["model.input_embeddings"] = f"error: {exc}"
     return seen
+
+
+def observe_layout_resolution(cache_config_cls) -> str:
+    """Does a fresh CacheConfig refuse to name its KV layout until the engine resolves it?"""
+    if not hasattr(cache_config_cls, "get_resolved_kv_cache_layout"):
+        return "none"
+    try:
+        cache_config_cls().get_resolved_kv_cache_layout()
+    except ValueError as exc:
+        return "required" if "not been resolved" in str(exc) else f"error: {exc}"
+    return "resolved-by-default"
+
+
+def observe_kv_planning_module() -> str:
+    """Where the imported get_kv_cache_config_from_groups is defined, and whether kv_cache_utils re-exports it."""
+    import importlib
+
+    from vllm.v1.core import kv_cache_utils
+
+    fn = getattr(kv_cache_utils, "get_kv_cache_config_from_groups", None)
+    if fn is None:
+        try:
+            fn = importlib.import_module("vllm.v1.core.kv_cache_planning").get_kv_cache_config_from_groups
+        except (ImportError, AttributeError):
+            return "absent"
+        return fn.__module__
+    if fn.__module__ == kv_cache_utils.__name__:
+        return fn.__module__
+    return f"{fn.__module__} (re-exported)"
+
+
+def observe_config_torch_annotation() -> str:
+    """Evaluate PreTrainedConfig's torch.* annotations in their own module, as pydantic does.
+
+    Must run before speculators is imported: its patched config.py makes the name resolvable.
+    """
+    import importlib
+
+    if "speculators" in sys.modules:
+        return "error: speculators already imported"
+    module = importlib.import_module("transformers.configuration_utils")
+    cls = getattr(module, "PreTrainedConfig", None) or module.PretrainedConfig
+    annotations = {k: v for klass in reversed(cls.__mro__) for k, v in vars(klass).get("__annotations__", {}).items()}
+    torch_ones = {k: v for k, v in annotations.items() if "torch." in (v if isinstance(v, str) else repr(v))}
+    if not torch_ones:
+        return "none"
+    for text in torch_ones.values():
+        if isinstance(text, str):
+            try:
+                eval(text, vars(module))  # noqa: S307 - the library's own annotation text
+            except NameError:
+                return "unresolvable"
+    return "resolvable"
+
+
+def observe_v2_default(vllm_config) -> str:
+    """Would this engine pick Model Runner V2 for this model, were Triton present and nothing opted in or out?
+
+    The CPU lane lacks Triton, so vLLM's own resolution is evaluated with HAS_TRITON forced on
+    and VLLM_USE_V2_MODEL_RUNNER unset; the real choice is observed in the worker (worker_facts).
+    """
+    import importlib
+    import importlib.util
+
+    if importlib.util.find_spec("vllm.v1.worker.gpu.model_runner") is None:
+        return "absent"
+    import vllm.envs as envs
+
+    saved_env = os.environ.pop("VLLM_USE_V2_MODEL_RUNNER", None)
+    try:
+        prop = getattr(type(vllm_config), "use_v2_model_runner", None)
+        if not isinstance(prop, property):
+            return "default" if envs.VLLM_USE_V2_MODEL_RUNNER else "opt-in"
+        home = importlib.import_module(type(vllm_config).__module__)
+        saved = getattr(home, "HAS_TRITON", None)
+        home.HAS_TRITON = True
+        try:
+            return "default" if prop.fget(vllm_config) else "opt-in"
+        finally:
+            home.HAS_TRITON = saved
+    finally:
+        if saved_env is not None:
+            os.environ["VLLM_USE_V2_MODEL_RUNNER"] = saved_env
+
+
+def worker_facts(worker) -> dict:
+    """Runs inside each vLLM worker (collective_rpc): what the engine really uses."""
+    runner = worker.model_runner
+    model = runner.get_model() if hasattr(runner, "get_model") else runner.model
+    config = worker.vllm_config
+    try:
+        from vllm.model_executor.models.interfaces import supports_eagle3
+
+        eagle3 = bool(supports_eagle3(model))
+    except ImportError:
+        eagle3 = None
+    return {
+        "runner_class": f"{type(runner).__module__}.{type(runner).__qualname__}",
+        "runner_has_input_batch": hasattr(runner, "input_batch"),
+        "use_v2_model_runner": bool(getattr(worker, "use_v2_model_runner", False)),
+        "async_scheduling": config.scheduler_config.async_scheduling,
+        "pipeline_parallel_size": config.parallel_config.pipeline_parallel_size,
+        "model_class": type(model).__name__,
+        "supports_eagle3": eagle3,
+    }
+
+
+def observe_reasons(gen) -> dict:
+    """The facts a patch's 'cannot show on this CPU' claim rests on, from the live engine and its workers."""
+    import inspect as _inspect
+
+    replies = gen.executor.collective_rpc(worker_facts)
+    return {
+        "workers": replies if isinstance(replies, list) else [replies],
+        "parent_async_scheduling": gen.vllm_config.scheduler_config.async_scheduling,
+        "generator_has_pipeline_parallel_size": "pipeline_parallel_size" in _inspect.signature(type(gen).__init__).parameters,
+    }
 
 
 def observe_request_hashing(block_size: int) -> dict:
@@ -130,7 +254,7 @@ def observe_request_hashing(block_size: int) -> dict:
 
 def observe_engine(gen) -> dict:
     """collective_rpc's reply shape and the execute_model/sample_tokens contract, on the live engine."""
-    seen = {}
+    seen = {"runner.v2_default": observe_v2_default(gen.vllm_config), "reasons": observe_reasons(gen)}
     try:
         reply = gen.executor.collective_rpc("get_kv_cache_spec", unique_reply_rank=0)
         seen["executor.collective_rpc.unique_reply_rank"] = "list" if isinstance(reply, list) else "single"
@@ -179,36 +303,49 @@ def needed_decisions():
     return surface, decisions
 
 
-def proofs(model, calls, reference, max_batched, only=None, skip=None):
-    """Leave-one-out on disk: vLLM's CPU platform spawns workers, which import from site-packages."""
-    import copy
-    import hashlib
-    import importlib
+def install_without(left_out=()):
+    """Apply every needed patch but ``left_out`` through the kit's own command line; reload the generator.
 
-    from compat.patcher import Patcher, open_target
+    vLLM's CPU platform spawns its workers, which import the variant from disk.
+    """
+    import importlib
+    import subprocess
+
+    args = [arg for pid in left_out for arg in ("--exclude", pid)]
+    proc = subprocess.run([sys.executable, "-m", "compat.apply", *args], cwd="/", capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise RuntimeError(f"compat.apply {' '.join(args)} -> {proc.returncode}:\n{proc.stdout}\n{proc.stderr}")
+    return importlib.reload(importlib.import_module(GEN_MOD))
+
+
+def proofs(model, calls, reference, layers, max_batched, only=None, together=()):
+    """Leave-one-out over the needed patches; those in ``together`` are left out in one shared run.
+
+    ``together`` holds patches whose bug cannot show on this CPU: that run observes,
+    in the live engine and its workers, the facts their claims rest on.
+    """
+    import hashlib
+
+    from compat.patcher import open_target
 
     surface, decisions = needed_decisions()
-    patcher = Patcher(open_target("speculators"))
-
-    def install(subset):
-        fresh = [copy.copy(d) for d in subset]
-        patcher.apply(fresh, surface.fingerprint())
-        bad = [d for d in fresh if d.verdict not in ("apply", "already-applied")]
-        if bad:
-            raise RuntimeError(f"could not install variant: {[(d.patch.id, d.verdict, d.reason) for d in bad]}")
-        return importlib.reload(importlib.import_module(GEN_MOD))
-
     report = {"surface": surface.fingerprint(), "needed": [d.patch.id for d in decisions], "runs": {}}
-    skip = set(skip or ())
+    needed = [d.patch.id for d in decisions]
+    together = [pid for pid in together if pid in needed and (only is None or pid in only)]
+    singles = [pid for pid in needed if pid not in together and (only is None or pid in only)]
+    plan = [(pid, (pid,), None) for pid in singles]
+    if together:
+        plan.append(("+".join(together), tuple(together), observe_reasons))
     try:
-        for left_out in [d for d in decisions if (only is None or d.patch.id in only) and d.patch.id not in skip]:
-            module = install([d for d in decisions if d is not left_out])
-            run = run_generator(module, model, calls, reference, max_batched)
-            report["runs"][left_out.patch.id] = run
-            print(f"[proof] without {left_out.patch.id}: ok={run['ok']} {run['seconds']}s "
+        for index, (key, left_out, after) in enumerate(plan, 1):
+            module = install_without(left_out)
+            run = run_generator(module, model, calls, reference, layers, max_batched, after=after)
+            run["left_out"] = list(left_out)
+            report["runs"][key] = run
+            print(f"[proof {index}/{len(plan)}] without {key}: ok={run['ok']} {run['seconds']}s "
                   f"{((run['error'] or {}).get('message') or '')[:100]!r}", flush=True)
     finally:
-        install(decisions)  # the full set again; the patched run already proved it correct
+        install_without(())  # the full set again; the patched run already proved it correct
     dist = open_target("speculators")
     report["all_files_sha256"] = {
         rel: hashlib.sha256(dist.path(rel).read_bytes()).hexdigest()
@@ -218,25 +355,29 @@ def proofs(model, calls, reference, max_batched, only=None, skip=None):
 
 
 def main(argv=None) -> int:
+    global LOG
     parser = argparse.ArgumentParser()
     parser.add_argument("--model", required=True)
     parser.add_argument("--out", required=True)
     parser.add_argument("--mode", choices=("installed", "proofs"), default="installed")
     parser.add_argument("--calls", default="1,11,33,11")
     parser.add_argument("--max-batched-tokens", type=int, default=96)
+    parser.add_argument("--dtype", default="float32", help="the generator's model dtype (bfloat16 to prove the tolerance)")
     parser.add_argument("--only", action="append")
-    parser.add_argument("--skip", action="append", help="patch ids not to leave out (unobservable here)")
+    parser.add_argument("--together", action="append", default=[],
+                        help="patch ids left out together in one run that observes why they cannot show here")
     parser.add_argument("--runtime-checks", action="store_true")
     args = parser.parse_args(argv)
+    LOG = args.out + ".vllm.log"
     calls = make_calls([int(n) for n in args.calls.split(",")])
+    layers = list(range(num_layers(args.model)))  # every layer the model has: none skipped
     started = time.monotonic()
-    reference = hf_reference(args.model, [p for call in calls for p in call], LAYERS)
-    from compat.confirm import ATOL
-
-    doc = {"layers": LAYERS, "atol": ATOL, "hf_seconds": round(time.monotonic() - started, 2)}
+    doc = {"layers": layers, "rtol": RTOL, "tolerance": TOLERANCE_RULE, "log": LOG}
+    if args.runtime_checks:
+        doc["static_api"] = observe_static_api()  # before speculators is imported (config annotation probe)
+    reference = hf_reference(args.model, [p for call in calls for p in call], layers)
+    doc["hf_seconds"] = round(time.monotonic() - started, 2)
     if args.mode == "installed":
-        if args.runtime_checks:
-            doc["static_api"] = observe_static_api()
         try:
             import importlib
 
@@ -244,11 +385,14 @@ def main(argv=None) -> int:
         except BaseException as exc:  # noqa: BLE001
             doc["run"] = {"ok": False, "stage": "import", "calls": [], "error": error_report(exc)}
         else:
-            doc["run"] = run_generator(module, args.model, calls, reference, args.max_batched_tokens, args.runtime_checks)
+            after = observe_engine if args.runtime_checks else None
+            doc["run"] = run_generator(module, args.model, calls, reference, layers, args.max_batched_tokens,
+                                       after=after, dtype=args.dtype)
             if args.runtime_checks and doc["run"].get("block_size"):
                 doc["request_hashing"] = observe_request_hashing(doc["run"]["block_size"])
     else:
-        doc["proofs"] = proofs(args.model, calls, reference, args.max_batched_tokens, args.only, args.skip)
+        doc["proofs"] = proofs(args.model, calls, reference, layers, args.max_batched_tokens, args.only,
+                               args.together)
     doc["seconds"] = round(time.monotonic() - started, 2)
     with open(args.out, "w") as handle:
         json.dump(doc, handle, indent=2, default=str)

@@ -10,6 +10,7 @@ STATIC_API = [
     "kv_cache.block_hasher_first_param", "kv_cache.from_groups.kv_cache_specs",
     "scheduler_config.async_scheduling_default", "scheduler_config.max_model_len",
     "scheduler_config.is_encoder_decoder", "cache_config.enable_prefix_caching_default", "model.input_embeddings",
+    "cache_config.kv_cache_layout_resolution", "kv_cache.module", "transformers.config_torch_annotation",
 ]
 
 
@@ -37,3 +38,19 @@ def test_execute_model_twice_raises_exactly_when_split(surface, patched_report):
     assert runtime["runner.sample_tokens_split"] is split, runtime["double_execute_error"]
     if not split:
         assert runtime["double_execute_error"] is None
+
+
+def test_runner_v2_default_claim(surface, patched_report):
+    """vLLM's own runner choice for this model, with Triton present and no opt-in or opt-out."""
+    observed = patched_report["run"]["runtime"]["runner.v2_default"]
+    claimed = surface.values["runner.v2_default"]
+    if claimed == "by-architecture":
+        assert observed in ("default", "opt-in"), observed  # depends on whether Llama is on the list
+    else:
+        assert observed == claimed
+
+
+def test_workers_really_run_the_v1_runner_here(patched_report):
+    """No Triton on this CPU: whatever the default, the workers' runner keeps input_batch (V1)."""
+    for facts in patched_report["run"]["runtime"]["reasons"]["workers"]:
+        assert facts["use_v2_model_runner"] is False and facts["runner_has_input_batch"] is True, facts
