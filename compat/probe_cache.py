@@ -1,9 +1,10 @@
 """A cache of probe results for installed packages, valid while the files they read are unchanged.
 
 Parsing vLLM's largest modules dominates a dry run.  An entry records every
-file the probes of one package read, with its size and mtime; it is used only
-if all of them still stat the same (a missing file must still be missing) and
-the probe code itself is unchanged.  Any doubt (corrupt, unreadable) means
+file the probes of one package read, with its size and mtime, and every
+environment variable they read (``VLLM_USE_V2_MODEL_RUNNER``); it is used only
+if all of them are still the same (a missing file must still be missing, an
+unset variable still unset) and the probe code itself is unchanged.  Any doubt (corrupt, unreadable) means
 evaluating again.
 """
 
@@ -31,14 +32,40 @@ def _code_hash() -> str:
 
 
 class Recording:
-    """Wraps an installed Source and remembers the stat of every file asked for."""
+    """Wraps an installed Source and remembers the stat of every file asked for.
+
+    An installed package runs in this process's environment, so ``environ`` is
+    ``os.environ`` (read by :class:`compat.astkit.Reader`), recorded the same way.
+    """
 
     def __init__(self, source):
         self.source, self.seen = source, {}
+        self.environ = _RecordingEnviron(os.environ)
 
     def read(self, relpath):
         self.seen[relpath] = _stat(Path(self.source.location) / relpath)
         return self.source.read(relpath)
+
+
+class _RecordingEnviron:
+    """A read-only view of an environment that remembers every variable asked for."""
+
+    def __init__(self, environ):
+        self._environ, self.seen = environ, {}
+
+    def get(self, name, default=None):
+        value = self._environ.get(name)
+        self.seen[name] = value
+        return default if value is None else value
+
+    def __contains__(self, name):
+        return self.get(name) is not None
+
+    def __getitem__(self, name):
+        value = self.get(name)
+        if value is None:
+            raise KeyError(name)
+        return value
 
 
 def _stat(path: Path):
@@ -59,7 +86,9 @@ def load(package: str, source):
     try:
         data = json.loads(_entry_path(package, source).read_text())
         base = Path(source.location)
-        if all(_stat(base / rel) == stat for rel, stat in data["files"].items()):
+        same_files = all(_stat(base / rel) == stat for rel, stat in data["files"].items())
+        same_env = all(os.environ.get(name) == value for name, value in data["environ"].items())
+        if same_files and same_env:
             return data["values"], data["where"]
     except (OSError, ValueError, KeyError, TypeError):
         pass
@@ -71,7 +100,9 @@ def store(package: str, source, recording: Recording, values: dict, where: dict)
         path = _entry_path(package, source)
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps({"files": recording.seen, "values": values, "where": where}))
+        tmp.write_text(json.dumps({
+            "files": recording.seen, "environ": recording.environ.seen, "values": values, "where": where,
+        }))
         os.replace(tmp, path)
     except (OSError, TypeError, ValueError):
         pass  # a cache that cannot be written is only slower

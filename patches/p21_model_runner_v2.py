@@ -1,24 +1,32 @@
 from compat.declaration import Edit, Patch
+from compat.probes.runner_v2 import ASSUMED_UNSET, V2_RUNS
 
 from ._common import SPECULATORS, TAG, V04X, WORKER
 
 PATCH = Patch(
     id="vllm.runner.v2_has_no_input_batch",
-    title="Order captured requests without model_runner.input_batch (Model Runner V2, default from 0.29)",
+    title="Order captured requests without model_runner.input_batch (Model Runner V2: opt-in from 0.12, default from 0.29)",
     why=(
         "speculators 0.4.x orders each step's captures by model_runner.input_batch.req_id_to_index. "
-        "Model Runner V2 (default by architecture from 0.22, for all models from 0.29) keeps no persistent "
-        "input_batch, so capture fails with \"object has no attribute 'input_batch'\"."
+        "Model Runner V2 (opt-in with VLLM_USE_V2_MODEL_RUNNER=1 from 0.12, default by architecture from 0.22, "
+        "for all models from 0.29) keeps no persistent input_batch, so capture fails with "
+        "\"object has no attribute 'input_batch'\". Whether V2 runs is read from vLLM's source and from "
+        "VLLM_USE_V2_MODEL_RUNNER where compat.apply runs (set it there as for vLLM); a plan for a wheel "
+        "assumes it unset."
     ),
     how=(
         "Use input_batch when the runner has one; otherwise order the step as V2 does, with its own "
         "sort_batch_req_ids (decode-like requests first)."
     ),
-    upstream="vllm-project/vllm v0.22-v0.29 (v1/worker/gpu/model_runner.py, Model Runner V2 default)",
+    upstream=(
+        "vllm-project/vllm v0.12.0 (v1/worker/gpu/model_runner.py, VLLM_USE_V2_MODEL_RUNNER); "
+        "v0.22-v0.29 (VllmConfig.use_v2_model_runner, Model Runner V2 default)"
+    ),
     removal="when speculators stops reading model_runner.input_batch. UNTESTED here: V2 needs Triton, absent on this CPU",
     target="speculators",
-    versions={"vllm": ">=0.22.0.dev0", "speculators": SPECULATORS},
-    requires={"runner.v2_default": ("by-architecture", "default")},
+    # coarse lower bound: the V2 runner and its opt-in first shipped in 0.12.0 (not in 0.11.x)
+    versions={"vllm": ">=0.11.0.dev0", "speculators": SPECULATORS},
+    requires={"runner.v2_selected": tuple(v + s for v in V2_RUNS for s in ("", ASSUMED_UNSET))},
     symptom="object has no attribute 'input_batch'",
     edits={
         V04X: {

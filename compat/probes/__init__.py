@@ -9,6 +9,6 @@ where it read it apart from the value.  ``PROBES`` maps probe name to function;
 from __future__ import annotations
 
 from .base import PROBES, Reading, Unknown, probe  # noqa: F401
-from . import speculators, transformers, vllm  # noqa: F401,E402  (define the probes)
+from . import runner_v2, speculators, transformers, vllm  # noqa: F401,E402  (define the probes)
 
 __all__ = ["PROBES", "Reading", "Unknown", "probe"]

@@ -30,17 +30,18 @@ def _sha(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
-def _structure(generator: str, worker: str) -> str | None:
-    gen_tree = astkit.parse(generator, GENERATOR)
-    worker_tree = astkit.parse(worker, WORKER)
-    cls = astkit.find_class(gen_tree, "VllmHiddenStatesGenerator")
-    ext = astkit.find_class(worker_tree, "HiddenStatesWorkerExtension")
-    if cls is None or ext is None:
+def _structure(reader: Reader) -> str | None:
+    """0.4.x / 0.3.0 by the worker extension's methods (bases and mixins followed), else None."""
+    gen_tree = reader.module(GENERATOR)
+    if gen_tree is None or astkit.class_chain(reader, GENERATOR, "VllmHiddenStatesGenerator") is None:
         return None
-    if astkit.find_function(ext, "_set_request_metadata") is not None:
+    ext = astkit.class_chain(reader, WORKER, "HiddenStatesWorkerExtension")
+    if ext is None:
+        return None
+    if ext.method("_set_request_metadata") is not None:
         return "0.4.x"
-    if astkit.find_function(ext, "_get_captured_states") is not None:
-        return "0.3.0"
+    if ext.method("_get_captured_states") is not None and ext.complete:
+        return "0.3.0"  # only 0.3.0 lacks _set_request_metadata; with an unread base it may be there
     return None
 
 
@@ -56,7 +57,7 @@ def speculators_generator(reader: Reader):
     for variant, known in KNOWN.items():
         if known == hashes:
             return Reading(variant, GENERATOR, None)
-    variant = _structure(generator, worker)
+    variant = _structure(reader)
     if variant is None:
         return Unknown("generator matches no known speculators release by hash or structure")
     return Reading(variant, GENERATOR, None)

@@ -21,15 +21,20 @@ def _imports_torch_at_runtime(tree: ast.Module) -> bool:
 @probe("transformers.config_torch_annotation", package="transformers")
 def config_torch_annotation(reader: Reader):
     """Does PreTrainedConfig annotate a class field with torch.* while importing torch only for type checking?"""
-    tree = reader.module(CONFIG_UTILS)
-    if tree is None:
+    if reader.module(CONFIG_UTILS) is None:
         return Unknown(f"{CONFIG_UTILS} not found")
-    cls = astkit.find_class(tree, "PreTrainedConfig") or astkit.find_class(tree, "PretrainedConfig")
-    if cls is None:
+    chain = astkit.class_chain(reader, CONFIG_UTILS, "PreTrainedConfig") or astkit.class_chain(
+        reader, CONFIG_UTILS, "PretrainedConfig"
+    )
+    if chain is None:
         return Unknown("PreTrainedConfig not found")
-    for node in cls.body:
-        if isinstance(node, ast.AnnAssign) and "torch." in ast.unparse(node.annotation):
-            if not _imports_torch_at_runtime(tree):
-                return Reading("unresolvable", CONFIG_UTILS, node.lineno)
-            return Reading("resolvable", CONFIG_UTILS, node.lineno)
-    return Reading("none", CONFIG_UTILS, cls.lineno)
+    for relpath, cls in chain.classes:  # annotations of bases and mixins are resolved too
+        for node in cls.body:
+            if isinstance(node, ast.AnnAssign) and "torch." in ast.unparse(node.annotation):
+                tree = reader.module(relpath)
+                if not _imports_torch_at_runtime(tree):
+                    return Reading("unresolvable", relpath, node.lineno)
+                return Reading("resolvable", relpath, node.lineno)
+    if not chain.complete:
+        return Unknown(f"PreTrainedConfig fields may come from {', '.join(chain.unread)}")
+    return Reading("none", chain.classes[0][0], chain.classes[0][1].lineno)

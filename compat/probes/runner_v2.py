@@ -1,0 +1,250 @@
+"""Model Runner V2: is it the default, and does this environment select it?
+
+Read exactly from the AST, or ``unknown``: the ``VLLM_USE_V2_MODEL_RUNNER``
+entry of ``vllm/envs.py`` (how the variable is parsed and its unset value),
+and either ``VllmConfig.use_v2_model_runner`` (0.22+: the variable first, then
+the config's default) or the GPU worker reading the variable directly (0.12-0.21).
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+
+from .. import astkit
+from ..astkit import Reader
+from .base import Reading, Unknown, probe
+
+ENV = "VLLM_USE_V2_MODEL_RUNNER"
+ENVS = "vllm/envs.py"
+RUNNER_V2 = "vllm/v1/worker/gpu/model_runner.py"
+GPU_RUNNER = "vllm/v1/worker/gpu_model_runner.py"
+GPU_WORKER = "vllm/v1/worker/gpu_worker.py"
+VLLM_CONFIG = ("vllm/config/vllm.py", "vllm/config/__init__.py", "vllm/config.py")
+
+#: values of ``runner.v2_selected`` under which the V2 runner runs (for some or all models)
+V2_RUNS = ("v2", "by-architecture")
+#: added to a ``runner.v2_selected`` value when the environment was not read (a wheel, sdist or tree)
+ASSUMED_UNSET = f" ({ENV} assumed unset)"
+
+
+@dataclass(frozen=True)
+class EnvVar:
+    """How vLLM reads the variable: ``unset`` is its value when not set (True/False/None)."""
+
+    unset: bool | None
+    line: int
+
+
+@dataclass(frozen=True)
+class Selection:
+    """Who picks the runner: ``by_config`` (VllmConfig, env first) or the worker from env alone."""
+
+    default: str  # opt-in / by-architecture / default
+    by_config: bool
+    file: str
+    line: int
+
+
+def _getenv_default(node: ast.AST):
+    """The default of ``os.getenv(ENV, d)`` / ``os.environ.get(ENV, d)``; raises ValueError otherwise."""
+    if (
+        isinstance(node, ast.Call)
+        and astkit.dotted_name(node.func) in ("os.getenv", "os.environ.get", "getenv")
+        and len(node.args) == 2
+        and not node.keywords
+        and isinstance(node.args[0], ast.Constant)
+        and node.args[0].value == ENV
+        and isinstance(node.args[1], ast.Constant)
+    ):
+        return node.args[1].value
+    raise ValueError(f"not a plain getenv of {ENV}: {ast.unparse(node)}")
+
+
+_MAYBE_CONVERT_BOOL = "def maybe_convert_bool(value: str | None) -> bool | None:\n    if value is None:\n        return None\n    return bool(int(value))"
+
+
+def _env_var(reader: Reader):
+    """The variable's entry in envs.py: ``bool(int(getenv(ENV, "0")))`` or ``maybe_convert_bool(getenv(ENV, None))``."""
+    tree = reader.module(ENVS)
+    if tree is None:
+        return Unknown(f"{ENVS} not found")
+    table = astkit.defines(tree, "environment_variables")
+    if not isinstance(table, (ast.Assign, ast.AnnAssign)) or not isinstance(table.value, ast.Dict):
+        return Unknown(f"{ENVS} has no environment_variables table")
+    entry = next(
+        (v for k, v in zip(table.value.keys, table.value.values) if isinstance(k, ast.Constant) and k.value == ENV),
+        None,
+    )
+    if entry is None:
+        return None
+    body = entry.body if isinstance(entry, ast.Lambda) else None
+    try:
+        if (
+            isinstance(body, ast.Call) and astkit.dotted_name(body.func) == "bool" and len(body.args) == 1
+            and isinstance(body.args[0], ast.Call) and astkit.dotted_name(body.args[0].func) == "int"
+            and len(body.args[0].args) == 1
+        ):
+            default = _getenv_default(body.args[0].args[0])
+            return EnvVar(bool(int(default)), entry.lineno)
+        if isinstance(body, ast.Call) and astkit.dotted_name(body.func) == "maybe_convert_bool" and len(body.args) == 1:
+            helper = astkit.find_function(tree, "maybe_convert_bool")
+            if helper is None or ast.unparse(helper) != _MAYBE_CONVERT_BOOL:
+                return Unknown(f"{ENVS}: maybe_convert_bool is not the known int-to-bool parser")
+            default = _getenv_default(body.args[0])
+            return EnvVar(None if default is None else bool(int(default)), entry.lineno)
+    except ValueError as exc:
+        return Unknown(f"{ENVS}: {ENV} is read in a way this probe cannot evaluate ({exc})")
+    return Unknown(f"{ENVS}: {ENV} is read in a way this probe cannot evaluate")
+
+
+def _is_env_read(node: ast.AST) -> bool:
+    return isinstance(node, ast.Attribute) and node.attr == ENV and astkit.dotted_name(node.value) == "envs"
+
+
+def _returns(stmt: ast.AST) -> list:
+    """Constant values of the return statements inside ``stmt`` (``...`` for a non-constant one)."""
+    out = []
+    for node in ast.walk(stmt):
+        if isinstance(node, ast.Return):
+            out.append(node.value.value if isinstance(node.value, ast.Constant) else ...)
+    return out
+
+
+def _names(node: ast.AST) -> set[str]:
+    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)} | {
+        n.attr for n in ast.walk(node) if isinstance(n, ast.Attribute)
+    }
+
+
+#: why a config falls back to V1 after the variable: platform and feature guards (same for every
+#: model on a GPU with Triton), or the architecture list (by-architecture)
+_PLATFORM_GUARDS = {"HAS_TRITON", "is_rocm", "is_cuda", "is_xpu", "current_platform"}
+_ARCH_GUARDS = {"_is_default_v2_model_runner_model", "DEFAULT_V2_MODEL_RUNNER_ARCHITECTURES",
+                "default_v2_model_runner_architectures"}
+
+
+def _config_default(fn: ast.FunctionDef):
+    """opt-in / by-architecture / default from ``VllmConfig.use_v2_model_runner``, or Unknown.
+
+    Expected shape: guards that force V2 for features (only ``return True``), the variable
+    (``v = envs.X; if v is not None: return v``), then guards that fall back to V1
+    (``return False``) and a final constant ``return``.
+    """
+    body = [s for s in fn.body if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant))]
+    env_at, env_names = None, set()
+    for index, stmt in enumerate(body):
+        if isinstance(stmt, ast.Assign) and _is_env_read(stmt.value):
+            env_names |= {t.id for t in stmt.targets if isinstance(t, ast.Name)}
+        if isinstance(stmt, ast.If) and (
+            any(_is_env_read(n) for n in ast.walk(stmt.test)) or _names(stmt.test) & env_names
+        ) and any(isinstance(r, ast.Return) and r.value is not None and (_is_env_read(r.value) or (
+            isinstance(r.value, ast.Name) and r.value.id in env_names)) for r in ast.walk(stmt)):
+            env_at = index
+            break
+    if env_at is None:
+        return Unknown(f"use_v2_model_runner does not return {ENV} when it is set")
+    before, after = body[:env_at], body[env_at + 1:]
+    for stmt in before:
+        if isinstance(stmt, ast.If) and set(_returns(stmt)) <= {True}:
+            continue  # a feature that needs V2 (not used by the generator)
+        if isinstance(stmt, (ast.Assign, ast.AnnAssign, ast.Expr, ast.Import, ast.ImportFrom)) and not _returns(stmt):
+            continue
+        return Unknown(f"use_v2_model_runner: cannot read {ast.unparse(stmt).splitlines()[0]!r} before {ENV}")
+    if not after or not isinstance(after[-1], ast.Return) or _returns(after[-1]) not in ([True], [False]):
+        return Unknown("use_v2_model_runner does not end with a constant return")
+    final = _returns(after[-1])[0]
+    by_arch = False
+    for stmt in after[:-1]:
+        values = set(_returns(stmt))
+        if isinstance(stmt, (ast.Assign, ast.AnnAssign, ast.Expr, ast.Import, ast.ImportFrom)) and not values:
+            continue
+        if not isinstance(stmt, ast.If) or ... in values:
+            return Unknown(f"use_v2_model_runner: cannot read {ast.unparse(stmt).splitlines()[0]!r}")
+        if values <= {True}:
+            if final is False:
+                return Unknown("use_v2_model_runner turns V2 on under a condition this probe cannot judge")
+            continue
+        names = _names(stmt.test)
+        if names & _ARCH_GUARDS:
+            by_arch = True
+        elif names & _PLATFORM_GUARDS or any("unsupported" in n for n in names):
+            continue
+        else:
+            return Unknown(f"use_v2_model_runner falls back to V1 on {ast.unparse(stmt.test)!r}")
+    if final is False:
+        return "opt-in"
+    return "by-architecture" if by_arch else "default"
+
+
+def _selection(reader: Reader):
+    """(Selection, EnvVar | None), None when vLLM has no V2 runner, or Unknown."""
+    if reader.module(RUNNER_V2) is None:
+        if reader.module(GPU_RUNNER) is None:
+            return Unknown(f"{GPU_RUNNER} not found")
+        return None
+    env = _env_var(reader)
+    if isinstance(env, Unknown):
+        return env
+    for relpath in VLLM_CONFIG:
+        if reader.module(relpath) is None:
+            continue
+        chain = astkit.class_chain(reader, relpath, "VllmConfig")
+        if chain is None:
+            continue
+        hit = chain.method("use_v2_model_runner")
+        if hit is None:
+            if not chain.complete:
+                return Unknown(f"VllmConfig.use_v2_model_runner may come from {', '.join(chain.unread)}")
+            break
+        if env is None:
+            return Unknown(f"VllmConfig.use_v2_model_runner reads {ENV}, which {ENVS} does not define")
+        default = _config_default(hit[2])
+        if isinstance(default, Unknown):
+            return default
+        return Selection(default, True, hit[0], hit[2].lineno), env
+    worker = reader.module(GPU_WORKER)
+    if worker is None:
+        return Unknown(f"{GPU_WORKER} not found")
+    if env is None or not any(_is_env_read(n) for n in ast.walk(worker)):
+        return Unknown(f"the V2 runner exists but neither VllmConfig nor {GPU_WORKER} selects it by {ENV}")
+    if env.unset is None:
+        return Unknown(f"{GPU_WORKER} reads {ENV}, whose unset value None it does not resolve")
+    return Selection("default" if env.unset else "opt-in", False, ENVS, env.line), env
+
+
+@probe("runner.v2_default")
+def runner_v2_default(reader: Reader):
+    """Is Model Runner V2 the default? absent / opt-in / by-architecture / default."""
+    found = _selection(reader)
+    if found is None:
+        return Reading("absent", None, None)
+    if isinstance(found, Unknown):
+        return found
+    selection, _env = found
+    return Reading(selection.default, selection.file, selection.line)
+
+
+@probe("runner.v2_selected")
+def runner_v2_selected(reader: Reader):
+    """Does vLLM run Model Runner V2 here, VLLM_USE_V2_MODEL_RUNNER included? absent / v1 / v2 / by-architecture."""
+    found = _selection(reader)
+    if found is None:
+        return Reading("absent", None, None)
+    if isinstance(found, Unknown):
+        return found
+    selection, env = found
+    suffix = ASSUMED_UNSET if reader.environ is None else ""
+    raw = None if reader.environ is None else reader.environ.get(ENV)
+    if raw is None:
+        value = env.unset
+    else:
+        try:
+            value = bool(int(raw))  # both known parsers: bool(int(text))
+        except ValueError:
+            return Unknown(f"{ENV}={raw!r} is not an integer; vLLM fails to parse it")
+    if value is None:  # unset: the config decides
+        choice = {"opt-in": "v1", "by-architecture": "by-architecture", "default": "v2"}[selection.default]
+    else:
+        choice = "v2" if value else "v1"
+    return Reading(choice + suffix, ENVS if raw is not None else selection.file, env.line if raw is not None else selection.line)
