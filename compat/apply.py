@@ -1,102 +1,205 @@
-"""``python -m compat.apply``: decide, apply, verify or revert the patches this install needs.
+"""``compat apply``: decide, apply, verify or revert the patches this install needs.
 
-    python -m compat.apply              apply (default)
-    python -m compat.apply --dry-run    print the plan, change nothing
-    python -m compat.apply --verify     re-check every postcondition and that files compile
-    python -m compat.apply --revert     restore byte-identical pristine files
-    --json PATH                         also write the report as JSON
+    compat apply              apply (default)
+    compat apply --dry-run    print the plan, change nothing
+    compat apply --verify     check what was applied, and say what is needed now
+    compat apply --revert     restore byte-identical pristine files
 
-Exit codes are documented in :mod:`compat.report`.
+Each patch names the distribution it edits (``Patch.target``); every target
+is planned before any is written.  Exit codes are documented in
+:mod:`compat.report`.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import dataclass, field, replace
 
-from . import registry, report
-from .patcher import EnvironmentProblem, Manifest, PatchError, Patcher, open_target
+from . import registry, report, verdicts
+from .errors import EnvironmentProblem, PatchError
+from .layout import GENERATOR, WORKER
+from .patcher import Patcher, Plan, open_target
+from .sources import SourceError
 from .surface import evaluate, installed_sources
+from .verdicts import Decision
+
+DESCRIPTION = "decide, apply, verify or revert the speculators patches this install needs"
 
 
-def parse_args(argv):
-    parser = argparse.ArgumentParser(prog="python -m compat.apply", description=__doc__.splitlines()[0])
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--dry-run", action="store_true", help="print the plan; change nothing")
-    mode.add_argument("--verify", action="store_true", help="re-check postconditions of applied patches")
-    mode.add_argument("--revert", action="store_true", help="restore pristine files")
-    parser.add_argument("--json", metavar="PATH", help="write the report as JSON")
-    parser.add_argument("--exclude", action="append", default=[], metavar="ID", help="leave a patch out")
+    mode.add_argument("--verify", action="store_true",
+                      help="check what was applied (markers, sha256, compiles) and say what is needed now")
+    mode.add_argument("--revert", action="store_true", help="restore byte-identical pristine files")
+    parser.add_argument("--json", action="store_true", help="print the report as JSON instead of the table")
+    parser.add_argument("--json-file", metavar="PATH", help="also write the report as JSON to PATH")
+    parser.add_argument("--exclude", action="append", default=[], metavar="ID",
+                        help="leave the patch with this id out (repeatable)")
     parser.add_argument("--force", action="store_true", help="with --revert: restore even drifted files")
-    return parser.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args(sys.argv[1:] if argv is None else argv)
-    mode = "dry-run" if args.dry_run else "verify" if args.verify else "revert" if args.revert else "apply"
-    found = installed_sources()
-    missing = [m for m in ("vllm", "speculators") if found[m][0] is None]
-    if missing and not args.revert:
-        for module in missing:
-            print(f"error: {module} is not installed (no distribution provides the `{module}` module)", file=sys.stderr)
-        report.write_json(args.json, report.document(mode, None, [], missing=missing, exit_code=2))
-        return report.ENVIRONMENT
+    parser = argparse.ArgumentParser(prog="compat apply", description=DESCRIPTION)
+    add_arguments(parser)
+    return run(parser.parse_args(argv))
+
+
+@dataclass
+class Outcome:
+    decisions: list[Decision] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    written: list[str] = field(default_factory=list)
+
+
+def _mode(args) -> str:
+    return "dry-run" if args.dry_run else "verify" if args.verify else "revert" if args.revert else "apply"
+
+
+def _refuse(args, message: str, code: int, surface=None, **extra) -> int:
+    print(f"error: {message}", file=sys.stderr)
+    doc = report.document(_mode(args), surface, [], error=message, exit_code=code, **extra)
+    if args.json:
+        sys.stdout.write(report.render(doc))
+    report.write_json(args.json_file, doc)
+    return code
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.force and not args.revert:
+        return _refuse(args, "--force only makes sense with --revert; nothing was changed", report.ENVIRONMENT)
+    if args.exclude and args.revert:
+        return _refuse(args, "--exclude has no meaning with --revert (revert restores every file); nothing was changed",
+                       report.ENVIRONMENT)
     try:
         if args.revert:
             return _revert(args)
-        surface = evaluate(found["vllm"][1], found["speculators"][1], found["transformers"][1])
-        decisions = registry.select(surface)
-        for decision in decisions:
-            if decision.patch.id in args.exclude:
-                decision.verdict, decision.reason = "not-needed", "excluded with --exclude"
-        patcher = Patcher(open_target("speculators"))
-        for line in report.header(surface):
-            print(line)
-        written, problems = [], []
-        if args.verify:
-            patcher.plan(decisions, Manifest.load(patcher.target))
-            problems = patcher.verify(_needed(decisions))
-        else:
-            if args.dry_run:
-                try:
-                    patcher.preflight()
-                except EnvironmentProblem as exc:
-                    problems.append(f"apply would refuse: {exc}")
-            written = patcher.apply(decisions, surface.fingerprint(), dry_run=args.dry_run)
-            if not args.dry_run and written is not None and not any(d.verdict in report.BLOCKING for d in decisions):
-                problems = patcher.verify(_needed(decisions))
-        for line in report.table(decisions):
-            print(line)
-        code = report.exit_code(decisions, problems)
-        for problem in problems:
-            print(f"problem: {problem}")
-        if written:
-            print(f"wrote {len(written)} file(s): {', '.join(written)}")
-        print(f"{mode}: {report.summary(decisions)} -> exit {code}")
-        report.write_json(
-            args.json, report.document(mode, surface, decisions, written=written, problems=problems, exit_code=code)
-        )
-        return code
+        return _decide(args)
     except PatchError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        report.write_json(args.json, report.document(mode, None, [], error=str(exc), exit_code=exc.exit_code))
-        return exc.exit_code
+        return _refuse(args, str(exc), exc.exit_code)
+    except SourceError as exc:  # e.g. two installed copies of a package
+        return _refuse(args, str(exc), report.ENVIRONMENT)
 
 
-def _needed(decisions):
-    """Copies of the decisions that need a patch, re-marked ``needed`` for verification."""
-    return [
-        registry.Decision(d.patch, "needed", d.reason, d.variant)
-        for d in decisions
-        if d.verdict in ("apply", "already-applied")
-    ]
+def _decide(args) -> int:
+    mode = _mode(args)
+    found = installed_sources()
+    missing = [m for m in ("vllm", "speculators") if found[m][0] is None]
+    if missing:
+        for module in missing[:-1]:
+            print(f"error: {module} is not installed (no distribution provides the `{module}` module)", file=sys.stderr)
+        module = missing[-1]
+        return _refuse(args, f"{module} is not installed (no distribution provides the `{module}` module)",
+                       report.ENVIRONMENT, missing=missing)
+    surface = evaluate(found["vllm"][1], found["speculators"][1], found["transformers"][1])
+    if surface.values.get("speculators.generator") == "absent":
+        message = (f"nothing to patch: speculators {surface.version('speculators')} has no hidden-states generator "
+                   f"this kit knows ({GENERATOR} and {WORKER} are absent; speculators >= 0.5 generates hidden "
+                   f"states through `vllm serve` and vLLM's own extract_hidden_states)")
+        lines = [*report.header(surface), message, f"{mode}: -> exit {report.UNSUPPORTED}"]
+        report.emit(lines, report.document(mode, surface, [], unsupported=message, exit_code=report.UNSUPPORTED),
+                    args.json, args.json_file)
+        return report.UNSUPPORTED
+    decisions = registry.select(surface)
+    unknown = verdicts.unknown_ids(decisions, args.exclude)
+    if unknown:
+        known = ", ".join(d.patch.id for d in decisions)
+        raise EnvironmentProblem(f"--exclude: no patch has the id {', '.join(unknown)} (known: {known}); "
+                                 f"nothing was changed")
+    decisions = list(verdicts.exclude(decisions, args.exclude))
+    outcome = _run_targets(mode, decisions, surface.fingerprint())
+    code = report.exit_code(outcome.decisions, outcome.problems)
+    lines = [*report.header(surface), *report.table(outcome.decisions)]
+    lines += [f"problem: {p}" for p in outcome.problems] + [f"note: {n}" for n in outcome.notes]
+    if outcome.written:
+        lines.append(f"wrote {len(outcome.written)} file(s): {', '.join(outcome.written)}")
+    lines.append(f"{mode}: {report.summary(outcome.decisions)} -> exit {code}")
+    doc = report.document(mode, surface, outcome.decisions, written=outcome.written, problems=outcome.problems,
+                          notes=outcome.notes, exit_code=code)
+    report.emit(lines, doc, args.json, args.json_file)
+    return code
+
+
+def by_target(decisions: list[Decision]) -> dict[str, list[Decision]]:
+    """Decisions grouped by the distribution module their patch edits (``Patch.target``), in registry order."""
+    groups: dict[str, list[Decision]] = {}
+    for decision in decisions:
+        groups.setdefault(decision.patch.target, []).append(decision)
+    return groups
+
+
+def open_patchers(decisions: list[Decision], site=None) -> dict[str, Patcher]:
+    """A patcher per target; a target that is not installed is an error only if one of its patches is needed."""
+    patchers = {}
+    for target, group in by_target(decisions).items():
+        try:
+            patchers[target] = Patcher(open_target(target, site))
+        except EnvironmentProblem:
+            if any(d.verdict == "needed" for d in group):
+                raise
+    return patchers
+
+
+def _run_targets(mode: str, decisions: list[Decision], fingerprint: str, site=None) -> Outcome:
+    patchers = open_patchers(decisions, site)
+    groups = by_target(decisions)
+    outcome = Outcome()
+    plans: dict[str, Plan] = {}
+    if mode == "dry-run":
+        for target, patcher in patchers.items():
+            try:
+                patcher.preflight()
+            except EnvironmentProblem as exc:
+                outcome.problems.append(f"apply would refuse: {exc}")
+            plans[target] = patcher.plan(groups[target])
+            if plans[target].interrupted:
+                outcome.problems.append(plans[target].interrupted)
+    elif mode == "verify":
+        for target, patcher in patchers.items():
+            result = patcher.verify(groups[target])
+            plans[target] = result.plan
+            outcome.problems += result.problems
+            outcome.notes += result.notes
+    else:
+        if len(patchers) > 1:  # all or nothing across targets: plan every one before writing any
+            preview = {t: p.plan(groups[t]) for t, p in patchers.items()}
+            if any(p.blocked for p in preview.values()):
+                plans, patchers = preview, {}
+        for target, patcher in patchers.items():
+            plans[target] = patcher.apply(groups[target], fingerprint)
+            outcome.written += [f"{target}:{w}" if len(groups) > 1 else w for w in plans[target].written]
+        if not any(p.blocked for p in plans.values()):
+            for target, patcher in patchers.items():
+                result = patcher.verify(groups[target])
+                outcome.problems += result.problems
+                outcome.notes += result.notes
+                now = {d.patch.id: d.on_disk for d in result.plan.decisions}  # the verdict says what apply did,
+                plans[target] = replace(plans[target], decisions=tuple(  # on_disk what is there now
+                    replace(d, on_disk=now.get(d.patch.id, d.on_disk)) for d in plans[target].decisions))
+    resolved = {d.patch.id: d for plan in plans.values() for d in plan.decisions}
+    outcome.decisions = [resolved.get(d.patch.id, d) for d in decisions]
+    return outcome
 
 
 def _revert(args) -> int:
-    patcher = Patcher(open_target("speculators"))
-    restored = patcher.revert(force=args.force)
-    print(f"revert: restored {len(restored)} file(s)" + (f": {', '.join(restored)}" if restored else ""))
-    report.write_json(args.json, report.document("revert", None, [], restored=restored, exit_code=0))
+    patches = registry.load_patches()
+    restored, missing = [], []
+    targets = sorted({p.target for p in patches})
+    for target in targets:
+        try:
+            patcher = Patcher(open_target(target))
+        except EnvironmentProblem as exc:
+            missing.append(exc)
+            continue
+        watched = sorted({f for p in patches if p.target == target for v in p.edits for f in p.files(v)})
+        restored += patcher.revert(force=args.force, watched=watched)
+    if len(missing) == len(targets):
+        raise missing[0]
+    lines = [f"revert: restored {len(restored)} file(s)" + (f": {', '.join(restored)}" if restored else "")]
+    report.emit(lines, report.document("revert", None, [], restored=restored, exit_code=report.OK),
+                args.json, args.json_file)
     return report.OK
 
 

@@ -1,13 +1,14 @@
-"""The source patcher: pristine-based, anchored, compiled, atomic, locked, revertible.
+"""The source patcher: pristine-based, anchored, compiled, atomic, journaled, locked, revertible.
 
 Every apply starts from the pristine file (the wheel's bytes, proven by the
 RECORD sha256, backed up the first time), so re-applying after a vLLM upgrade
-yields exactly the patch set the new surface needs.  State lives beside the
-distribution::
+yields exactly the patch set the new surface needs.  Before the first byte of
+a package file moves, every target file and directory is checked and the
+intended result is recorded (:mod:`compat.state`), so a run is all or
+nothing even when it is killed: the next run finishes it.
 
-    <site-packages>/.specdec-compat/<dist>-<version>/manifest.json
-    <site-packages>/.specdec-compat/<dist>-<version>/pristine/<relpath>
-    <site-packages>/.specdec-compat/.lock
+State lives beside the distribution (``<site-packages>/.specdec-compat/``);
+the verdicts come from :mod:`compat.verdicts`.
 """
 
 from __future__ import annotations
@@ -15,59 +16,30 @@ from __future__ import annotations
 import base64
 import hashlib
 import importlib.metadata as md
-import json
 import os
 import shutil
+import stat
 import tempfile
-import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Iterable, Sequence
 
 from filelock import FileLock, Timeout
 
-from . import dists
+from . import dists, textfile, verdicts
 from .declaration import AnchorError
+from .errors import EnvironmentProblem, PatchError
 from .layout import STATE_DIR
-from .registry import Decision
+from .sources import SourceError
+from .state import Manifest, atomic_write, make_dirs
+from .verdicts import Decision, FileView
 
-MANIFEST_SCHEMA = 1
-
-
-class PatchError(Exception):
-    """A refusal with a clear message; ``exit_code`` follows the CLI's contract."""
-
-    exit_code = 1
-
-
-class EnvironmentProblem(PatchError):
-    exit_code = 2
+__all__ = ["EnvironmentProblem", "PatchError", "Patcher", "Plan", "Target", "open_target", "compose", "sha256"]
 
 
 def sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
-
-
-def atomic_write(path: Path, data: bytes, mode: int | None = None) -> None:
-    """Temp file in the same directory, fsync, rename, fsync the directory."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        if mode is not None:
-            os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
 
 
 def clear_bytecode(path: Path) -> None:
@@ -78,13 +50,8 @@ def clear_bytecode(path: Path) -> None:
             pyc.unlink(missing_ok=True)
 
 
-def _writable(directory: Path) -> bool:
-    try:
-        if os.statvfs(directory).f_flag & os.ST_RDONLY:
-            return False
-    except OSError:
-        return False
-    return os.access(directory, os.W_OK)
+def _read_only_fs(path: Path) -> bool:
+    return bool(os.statvfs(path).f_flag & os.ST_RDONLY)
 
 
 @dataclass
@@ -117,6 +84,9 @@ class Target:
     def backup(self, relpath: str) -> Path:
         return self.state_dir / "pristine" / relpath
 
+    def staged(self, relpath: str) -> Path:
+        return self.state_dir / "pending" / relpath
+
 
 def _record_hashes(dist: md.Distribution) -> dict[str, str]:
     out = {}
@@ -128,24 +98,17 @@ def _record_hashes(dist: md.Distribution) -> dict[str, str]:
 
 
 def open_target(module: str, site: str | Path | None = None) -> Target:
-    dist = dists.find_distribution(module, site)
+    try:
+        dist = dists.find_distribution(module, site)
+    except SourceError as exc:
+        raise EnvironmentProblem(str(exc)) from exc
     if dist is None:
         raise EnvironmentProblem(f"{module} is not installed in this environment (no distribution provides it)")
     info = dists.describe(module, dist)
     return Target(module, info.name, info.version, Path(str(dist.locate_file(""))), _record_hashes(dist), info.editable)
 
 
-@dataclass
-class FileState:
-    relpath: str
-    pristine: bytes | None = None
-    current: bytes | None = None
-    desired: bytes | None = None
-    problem: str | None = None
-    patches: list[str] = field(default_factory=list)
-
-
-def compose(text: str, decisions: list[Decision], relpath: str) -> tuple[str, dict[str, str]]:
+def compose(text: str, decisions: Sequence[Decision], relpath: str) -> tuple[str, dict[str, str]]:
     """Apply, in registry order, every decision's edits for ``relpath`` to pristine ``text``.
 
     Returns the composed text and ``{patch id: error}`` for edits whose anchor
@@ -167,54 +130,53 @@ def compose(text: str, decisions: list[Decision], relpath: str) -> tuple[str, di
     return text, errors
 
 
-class Manifest:
-    """What we wrote: per file the pristine sha, patched sha(s) and patch ids."""
+@dataclass
+class FileState:
+    """One file as the plan sees it."""
 
-    def __init__(self, target: Target):
-        self.target = target
-        self.data = {"schema": MANIFEST_SCHEMA, "dist": target.name, "version": target.version, "files": {}}
-
-    @classmethod
-    def load(cls, target: Target) -> "Manifest":
-        manifest = cls(target)
-        path = target.manifest_path
-        if not path.exists():
-            return manifest
-        try:
-            data = json.loads(path.read_text())
-            if not isinstance(data, dict):
-                raise ValueError(f"expected a JSON object, found {type(data).__name__}")
-            if data.get("schema") != MANIFEST_SCHEMA or not isinstance(data.get("files"), dict):
-                raise ValueError("unexpected schema")
-            for relpath, entry in data["files"].items():
-                if not isinstance(entry, dict):
-                    raise ValueError(f"{relpath}: expected an object")
-                for key in ("pristine_sha256", "patched_sha256", "known_sha256", "patches"):
-                    if key not in entry:
-                        raise ValueError(f"{relpath}: missing {key}")
-        except (ValueError, OSError) as exc:
-            raise EnvironmentProblem(
-                f"corrupt manifest {path}: {exc}. Nothing was changed. "
-                f"`python -m compat.apply --revert --force` restores the RECORD-proven pristine backups without it."
-            ) from exc
-        manifest.data = data
-        return manifest
+    relpath: str
+    current: bytes | None = None
+    pristine: bytes | None = None
+    desired: bytes | None = None
+    problem: str | None = None
+    problem_verdict: str = "drifted"
+    patches: list[str] = field(default_factory=list)  # needed patches that edit it
+    on_disk: frozenset[str] | None = frozenset()
+    foreign: bool = False
 
     @property
-    def files(self) -> dict:
-        return self.data["files"]
+    def wanted(self) -> bytes | None:
+        """What apply leaves here: the composition of the needed patches, or pristine."""
+        return self.desired if self.patches else self.pristine
 
-    def known(self, relpath: str) -> set[str]:
-        entry = self.files.get(relpath)
-        return set(entry["known_sha256"]) if entry else set()
 
-    def save(self) -> None:
-        self.data["written_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-        atomic_write(self.target.manifest_path, (json.dumps(self.data, indent=2, sort_keys=True) + "\n").encode())
+@dataclass(frozen=True)
+class Plan:
+    """The decisions after the file step, the per-file states behind them, and what a run wrote."""
+
+    decisions: tuple[Decision, ...]
+    files: dict[str, FileState]
+    interrupted: str | None = None  # an earlier run's write-ahead record is still open
+    stale: tuple[str, ...] = ()  # files we patched whose pristine copy can no longer be proven
+    written: tuple[str, ...] = ()
+
+    @property
+    def blocked(self) -> bool:
+        return bool(verdicts.blocking(self.decisions)) or bool(self.stale)
+
+    def decision(self, patch_id: str) -> Decision:
+        return next(d for d in self.decisions if d.patch.id == patch_id)
+
+
+@dataclass(frozen=True)
+class Verification:
+    plan: Plan
+    problems: tuple[str, ...]
+    notes: tuple[str, ...]
 
 
 class Patcher:
-    """Applies, verifies and reverts the needed patches on one target distribution."""
+    """Plans, applies, verifies and reverts the patches of one target distribution."""
 
     def __init__(self, target: Target, lock_timeout: float = 120.0):
         self.target = target
@@ -229,17 +191,67 @@ class Patcher:
                 f"{t.name} {t.version} is an editable install ({t.site}); refusing to patch a working tree. "
                 f"Install it normally, or patch your checkout by hand."
             )
-        if not _writable(t.site):
+        try:
+            read_only = _read_only_fs(t.site) or not os.access(t.site, os.W_OK)
+        except OSError as exc:
+            raise EnvironmentProblem(f"cannot inspect {t.site}: {exc}. Nothing was changed.") from exc
+        if read_only:
             raise EnvironmentProblem(f"{t.site} is read-only; cannot patch {t.name}. Nothing was changed.")
 
-    def lock(self) -> FileLock:
+    def check_writable(self, relpaths: Iterable[str]) -> None:
+        """Every file we are about to replace, and its directory, can be replaced: checked before the first write.
+
+        A directory is proven by creating (and removing) a temporary file in
+        it, which catches read-only mounts, immutable flags and ACLs alike.
+        """
+        directories = {self.target.state_dir if self.target.state_dir.exists() else self.target.state_root}
+        for relpath in relpaths:
+            path = self.target.path(relpath)
+            directories.add(path.parent)
+            try:
+                info = path.lstat()
+            except FileNotFoundError:
+                continue
+            except OSError as exc:
+                raise EnvironmentProblem(f"cannot inspect {path}: {exc}. Nothing was changed.") from exc
+            if not stat.S_ISREG(info.st_mode):
+                raise EnvironmentProblem(f"{path} is not a regular file; refusing to replace it. Nothing was changed.")
+        for directory in sorted(directories):
+            try:
+                if _read_only_fs(directory):
+                    raise OSError(30, "read-only file system")
+                fd, probe = tempfile.mkstemp(dir=directory, prefix=".specdec-compat-probe.")
+                os.close(fd)
+                os.unlink(probe)
+            except OSError as exc:
+                raise EnvironmentProblem(
+                    f"cannot write in {directory}: {exc.strerror or exc}; cannot patch {self.target.name}. "
+                    f"Nothing was changed."
+                ) from exc
+
+    @contextmanager
+    def locked(self):
+        lock_path = self.target.state_root / ".lock"
         try:
-            self.target.state_root.mkdir(exist_ok=True)
+            make_dirs(self.target.state_root)
+            lock = FileLock(str(lock_path), timeout=self.lock_timeout, mode=0o644)
+            lock.acquire()
+        except Timeout as exc:
+            raise EnvironmentProblem(f"another apply holds {exc.lock_file}; try again") from exc
         except OSError as exc:
-            raise EnvironmentProblem(f"cannot create {self.target.state_root}: {exc}") from exc
-        return FileLock(str(self.target.state_root / ".lock"), timeout=self.lock_timeout)
+            raise EnvironmentProblem(
+                f"cannot open the lock file {lock_path}: {exc.strerror or exc}. Run as the user who owns "
+                f"{self.target.state_root}. Nothing was changed."
+            ) from exc
+        try:
+            yield
+        finally:
+            lock.release()
 
     # -- reading state ---------------------------------------------------------
+
+    def manifest(self) -> Manifest:
+        return Manifest.load(self.target.manifest_path, self.target.name, self.target.version)
 
     def pristine(self, relpath: str) -> bytes:
         """The RECORD-proven pristine bytes of ``relpath`` (raises if they cannot be proven)."""
@@ -257,123 +269,251 @@ class Patcher:
             return current, None
         backup = self.target.backup(relpath)
         if backup.is_file():
-            data = backup.read_bytes()
+            data = self._read_path(backup)
             if sha256(data) == expected:
                 return data, None
             return None, f"backup {backup} does not match RECORD sha256 {expected[:12]}"
         return None, f"{relpath} matches neither RECORD sha256 {expected[:12]} nor a backup we made (drifted)"
 
+    def _read_path(self, path: Path) -> bytes:
+        try:
+            return path.read_bytes()
+        except OSError as exc:
+            raise EnvironmentProblem(f"cannot read {path}: {exc.strerror or exc}. Nothing was changed.") from exc
+
     def _read(self, relpath: str) -> bytes | None:
         path = self.target.path(relpath)
-        return path.read_bytes() if path.is_file() else None
+        if not path.is_file():
+            return None
+        return self._read_path(path)
 
-    # -- planning ---------------------------------------------------------------
+    def _link_problem(self, relpath: str) -> str | None:
+        path = self.target.path(relpath)
+        if path.is_symlink():
+            return (f"{relpath} is a symbolic link (to {os.readlink(path)}); this kit does not replace links "
+                    f"(revert could not restore it). Reinstall {self.target.name} without links to patch it.")
+        return None
 
-    def plan(self, decisions: list[Decision], manifest: Manifest) -> dict[str, FileState]:
-        """Turn ``needed`` into apply/already-applied/drifted/failed; returns per-file states."""
-        states: dict[str, FileState] = {}
+    # -- planning ----------------------------------------------------------------
+
+    def plan(self, decisions: Sequence[Decision], manifest: Manifest | None = None) -> Plan:
+        """The file step for every decision; reads, never writes."""
+        manifest = self.manifest() if manifest is None else manifest
+        decisions = tuple(decisions)
         needed = [d for d in decisions if d.verdict == "needed"]
-        relpaths = sorted({f for d in needed for f in d.patch.files(d.variant)} | set(manifest.files))
-        for relpath in relpaths:
-            current = self._read(relpath)
-            state = FileState(relpath, current=current)
-            state.pristine, state.problem = self._pristine(relpath, current)
-            states[relpath] = state
+        relpaths = sorted({f for d in decisions if d.variant for f in d.patch.files(d.variant)} | set(manifest.files))
+        states = {relpath: self._file_state(relpath, needed, manifest) for relpath in relpaths}
         failed: dict[str, str] = {}
-        for relpath, state in states.items():
-            if state.pristine is None:
-                continue
-            text, errors = compose(state.pristine.decode("utf-8"), needed, relpath)
-            state.patches = [d.patch.id for d in needed if relpath in d.patch.files(d.variant)]
-            for pid, error in errors.items():
-                failed.setdefault(pid, error)
-            state.desired = text.encode("utf-8")
-        for decision in needed:
-            files = [states[f] for f in decision.patch.files(decision.variant)]
-            drift = [s.problem for s in files if s.problem]
-            if decision.patch.id in failed:
-                decision.verdict, decision.reason = "failed", failed[decision.patch.id]
-            elif drift:
-                decision.verdict, decision.reason = "drifted", drift[0]
-            elif all(s.current == s.desired for s in files):
-                decision.verdict = "already-applied"
-            else:
-                moved = [s for s in files if s.current not in (s.desired, s.pristine)]
-                foreign = [s for s in moved if sha256(s.current or b"") not in manifest.known(s.relpath)]
-                if foreign:
-                    decision.verdict = "drifted"
-                    decision.reason = f"{foreign[0].relpath} was changed by something other than this kit"
-                else:
-                    decision.verdict = "apply"
-        return states
+        for state in states.values():
+            if state.patches and state.pristine is not None and state.problem is None:
+                self._compose_file(state, needed, failed)
+        excluded_before = set(manifest.excluded)
+        resolved = []
+        for decision in decisions:
+            files = decision.patch.files(decision.variant) if decision.variant else ()
+            views = [self._view(states[f]) for f in files]
+            resolved.append(verdicts.on_files(decision, views, failed.get(decision.patch.id),
+                                              decision.patch.id in excluded_before))
+        stale = tuple(s.relpath for s in states.values() if s.problem and s.relpath in manifest.files and not s.patches)
+        return Plan(tuple(resolved), states, self._interrupted(manifest), stale)
 
-    # -- actions ------------------------------------------------------------------
+    def _file_state(self, relpath: str, needed: Sequence[Decision], manifest: Manifest) -> FileState:
+        state = FileState(relpath, patches=[d.patch.id for d in needed if relpath in d.patch.files(d.variant)])
+        link = self._link_problem(relpath)
+        if link:
+            state.problem, state.problem_verdict, state.on_disk = link, "failed", None
+            return state
+        state.current = self._read(relpath)
+        state.pristine, state.problem = self._pristine(relpath, state.current)
+        if state.current is None:
+            state.on_disk = None
+        elif state.current == state.pristine:
+            state.on_disk = frozenset()
+        else:
+            carried = manifest.carried(relpath, sha256(state.current))
+            state.on_disk = frozenset(carried) if carried is not None else None
+            state.foreign = sha256(state.current) not in manifest.known(relpath)
+        return state
 
-    def apply(self, decisions: list[Decision], surface_fingerprint: str, dry_run: bool = False) -> list[str]:
-        """Apply the needed patches; returns the files written.  All or nothing."""
-        if dry_run:
-            self.plan(decisions, Manifest.load(self.target))
-            return []
-        self.preflight()
+    def _compose_file(self, state: FileState, needed: Sequence[Decision], failed: dict[str, str]) -> None:
         try:
-            with self.lock():
-                return self._apply_locked(decisions, surface_fingerprint)
-        except Timeout as exc:
-            raise EnvironmentProblem(f"another apply holds {exc.lock_file}; try again") from exc
+            text, style = textfile.decode(state.pristine, state.relpath)
+            composed, errors = compose(text, needed, state.relpath)
+            state.desired = textfile.encode(composed, style, state.relpath)
+        except textfile.TextProblem as exc:
+            state.problem, state.problem_verdict = str(exc), "failed"
+            return
+        for pid, error in errors.items():
+            failed.setdefault(pid, error)
+        if state.current is not None and state.current == state.desired and state.on_disk is None:
+            state.on_disk, state.foreign = frozenset(state.patches), False
 
-    def _apply_locked(self, decisions: list[Decision], fingerprint: str) -> list[str]:
-        manifest = Manifest.load(self.target)
-        states = self.plan(decisions, manifest)
-        blocked = [d for d in decisions if d.verdict in ("drifted", "failed", "unknown-surface")]
-        stale = [s for s in states.values() if s.problem and s.relpath in manifest.files and not s.patches]
-        if blocked or stale:
-            return []  # nothing written; the report carries the reasons
-        writes = []
-        for relpath, state in states.items():
-            target_bytes = state.desired if state.patches else state.pristine
-            if state.current == target_bytes:
-                continue
-            writes.append((relpath, state, target_bytes))
-        for relpath, state, _ in writes:  # 1. backups of pristine, proven by RECORD
-            backup = self.target.backup(relpath)
-            if not backup.is_file():
-                atomic_write(backup, state.pristine)
-        for relpath, state in states.items():  # 2. manifest (intent) before any file moves
+    @staticmethod
+    def _view(state: FileState) -> FileView:
+        return FileView(state.relpath, state.problem, state.problem_verdict, state.on_disk, state.foreign)
+
+    def _interrupted(self, manifest: Manifest) -> str | None:
+        pending = manifest.pending
+        if not pending:
+            return None
+        total = len(pending["files"])
+        done = sum(1 for rel, e in pending["files"].items() if self._sha_now(rel) == e["after_sha256"])
+        return (f"an interrupted {pending['action']} (started {pending.get('started_at', '?')}) left {done} of "
+                f"{total} file(s) written; the next `compat apply` or `compat apply --revert` finishes it first")
+
+    def _sha_now(self, relpath: str) -> str | None:
+        data = self._read(relpath)
+        return sha256(data) if data is not None else None
+
+    # -- actions -------------------------------------------------------------------
+
+    def apply(self, decisions: Sequence[Decision], surface_fingerprint: str) -> Plan:
+        """Apply the needed patches; all or nothing.  Returns the plan, with ``written``."""
+        self.preflight()
+        with self.locked():
+            self.recover()
+            return self._apply_locked(tuple(decisions), surface_fingerprint)
+
+    def _apply_locked(self, decisions: tuple[Decision, ...], fingerprint: str) -> Plan:
+        manifest = self.manifest()
+        plan = self.plan(decisions, manifest)
+        if plan.blocked:
+            return plan  # nothing written; the report carries the reasons
+        files = {}
+        for relpath, state in plan.files.items():
             if state.patches:
-                known = sorted(manifest.known(relpath) | {sha256(state.desired)})
-                manifest.files[relpath] = {
+                files[relpath] = {
                     "pristine_sha256": sha256(state.pristine),
                     "patched_sha256": sha256(state.desired),
-                    "known_sha256": known,
+                    "known_sha256": sorted(manifest.known(relpath) | {sha256(state.desired)}),
                     "patches": state.patches,
                 }
-            else:
-                manifest.files.pop(relpath, None)
-        manifest.data["surface_fingerprint"] = fingerprint
-        manifest.data["patches"] = sorted({p for s in states.values() for p in s.patches})
-        manifest.save()
-        for relpath, state, data in writes:  # 3. atomic replace, then drop bytecode
-            path = self.target.path(relpath)
-            mode = path.stat().st_mode & 0o7777 if path.exists() else None
-            atomic_write(path, data, mode)
-            clear_bytecode(path)
-        return [w[0] for w in writes]
+        excluded = [d.patch.id for d in decisions if d.verdict == "excluded"]
+        next_state = manifest.next_state(files, excluded, fingerprint)
+        writes = {rel: (s.current, s.wanted) for rel, s in plan.files.items()
+                  if s.wanted is not None and s.current != s.wanted and (s.patches or rel in manifest.files)}
+        self._run(manifest, "apply", writes, {rel: plan.files[rel].pristine for rel in writes}, next_state)
+        return Plan(plan.decisions, plan.files, None, plan.stale, tuple(sorted(writes)))
 
-    def verify(self, decisions: list[Decision]) -> list[str]:
-        """Problems found re-checking every postcondition; empty means verified."""
-        manifest = Manifest.load(self.target)
-        problems = []
-        states = self.plan([Decision(d.patch, d.verdict, d.reason, d.variant) for d in decisions], manifest)
-        for decision in decisions:
-            if decision.verdict != "needed":
+    def _run(self, manifest: Manifest, action: str, writes: dict[str, tuple[bytes | None, bytes]],
+             pristine: dict[str, bytes], next_state: dict | None) -> None:
+        """Write-ahead, then move the files, then commit: the one way any file of the target changes."""
+        if not writes:
+            if next_state is None:
+                shutil.rmtree(self.target.state_dir, ignore_errors=True)
+            else:
+                manifest.begin(action, {}, next_state)
+                manifest.commit()
+                self._save(manifest)
+            return
+        self.check_writable(writes)
+        try:
+            for relpath in writes:  # 1. RECORD-proven pristine backups
+                backup = self.target.backup(relpath)
+                if not backup.is_file() and pristine.get(relpath) is not None:
+                    atomic_write(backup, pristine[relpath])
+            for relpath, (_, after) in writes.items():  # 2. staged bytes of the result
+                atomic_write(self.target.staged(relpath), after)
+            shas = {rel: (sha256(before) if before is not None else None, sha256(after))
+                    for rel, (before, after) in writes.items()}
+            manifest.begin(action, shas, next_state)
+            manifest.save()  # 3. the write-ahead record: from here on the next run can finish us
+        except OSError as exc:
+            shutil.rmtree(self.target.state_dir / "pending", ignore_errors=True)
+            raise EnvironmentProblem(f"cannot write patcher state in {self.target.state_dir}: {exc}. "
+                                     f"No package file was changed.") from exc
+        done = []
+        try:
+            for relpath, (_, after) in writes.items():  # 4. the files, keeping their mode
+                self._replace(relpath, after)
+                done.append(relpath)
+        except OSError as exc:
+            self._roll_back(manifest, writes, done, exc)
+        self._finish(manifest)
+
+    def _replace(self, relpath: str, data: bytes) -> None:
+        path = self.target.path(relpath)
+        mode = stat.S_IMODE(path.stat().st_mode) if path.exists() else 0o644
+        atomic_write(path, data, mode)
+        clear_bytecode(path)
+
+    def _roll_back(self, manifest: Manifest, writes, done: list[str], exc: OSError) -> None:
+        try:
+            for relpath in reversed(done):
+                before = writes[relpath][0]
+                if before is not None:
+                    self._replace(relpath, before)
+            manifest.abort()
+            manifest.save()
+            shutil.rmtree(self.target.state_dir / "pending", ignore_errors=True)
+        except OSError as again:
+            raise EnvironmentProblem(
+                f"writing {self.target.name} failed ({exc}) and so did undoing it ({again}); the write-ahead "
+                f"record in {manifest.path} lets the next `compat apply` finish the run."
+            ) from exc
+        raise EnvironmentProblem(f"writing {self.target.name} failed: {exc}. Every file was put back; "
+                                 f"nothing was changed.") from exc
+
+    def _finish(self, manifest: Manifest) -> None:
+        """Commit the pending state (or drop all state after a revert)."""
+        if (manifest.pending or {}).get("state") is None:
+            shutil.rmtree(self.target.state_dir)
+            return
+        manifest.commit()
+        self._save(manifest)
+        shutil.rmtree(self.target.state_dir / "pending", ignore_errors=True)
+
+    def _save(self, manifest: Manifest) -> None:
+        try:
+            manifest.save()
+        except OSError as exc:
+            raise EnvironmentProblem(f"cannot write {manifest.path}: {exc}") from exc
+
+    def recover(self) -> list[str]:
+        """Finish a run that was interrupted after its write-ahead record (call under the lock)."""
+        manifest = self.manifest()
+        pending = manifest.pending
+        staging = self.target.state_dir / "pending"
+        if not pending:
+            if staging.exists():  # killed while staging, before the record: nothing moved
+                shutil.rmtree(staging, ignore_errors=True)
+            return []
+        writes = {}
+        for relpath, entry in pending["files"].items():
+            now = self._sha_now(relpath)
+            if now == entry["after_sha256"]:
                 continue
-            for relpath, markers in decision.patch.expected_markers(decision.variant).items():
-                current = (self._read(relpath) or b"").decode("utf-8", "replace")
-                for marker in markers:
-                    if marker not in current:
-                        first = marker.strip().splitlines()[0] if marker.strip() else marker
-                        problems.append(f"{decision.patch.id}: {relpath} lacks {first!r}")
-                        break
+            if now != entry["before_sha256"]:
+                raise PatchError(
+                    f"an interrupted {pending['action']} cannot be finished: {relpath} changed since it started "
+                    f"(sha256 {str(now)[:12]}). Nothing was changed; `compat apply --revert --force` restores pristine."
+                )
+            staged = self.target.staged(relpath)
+            data = self._read_path(staged) if staged.is_file() else None
+            if data is None or sha256(data) != entry["after_sha256"]:
+                raise EnvironmentProblem(f"the staged copy {staged} of an interrupted run is missing or damaged; "
+                                         f"`compat apply --revert --force` restores pristine.")
+            writes[relpath] = data
+        self.check_writable(writes)
+        for relpath in pending["files"]:  # temp files of the killed atomic writes
+            path = self.target.path(relpath)
+            for leftover in path.parent.glob(f".{path.name}.*.tmp"):
+                leftover.unlink(missing_ok=True)
+        try:
+            for relpath, data in writes.items():
+                self._replace(relpath, data)
+        except OSError as exc:
+            raise EnvironmentProblem(f"cannot finish the interrupted run: {exc}; nothing else was changed") from exc
+        self._finish(manifest)
+        return sorted(writes)
+
+    def verify(self, decisions: Sequence[Decision]) -> Verification:
+        """Check what the manifest says was applied; say separately what is needed now.  Reads only."""
+        manifest = self.manifest()
+        plan = self.plan(decisions, manifest)
+        problems, notes = [], []
+        if plan.interrupted:
+            problems.append(plan.interrupted)
         for relpath, entry in manifest.files.items():
             data = self._read(relpath)
             if data is None:
@@ -382,53 +522,95 @@ class Patcher:
             if sha256(data) != entry["patched_sha256"]:
                 problems.append(f"{relpath}: sha256 differs from what apply wrote")
             try:
-                compile(data, relpath, "exec", dont_inherit=True)
+                compile(textfile.normalised(data), relpath, "exec", dont_inherit=True)
             except SyntaxError as exc:
                 problems.append(f"{relpath}: does not compile: {exc}")
-        for relpath, state in states.items():
-            if state.patches and state.current != state.desired:
-                problems.append(f"{relpath}: not in the state this surface needs (run apply)")
+        by_id = {d.patch.id: d for d in plan.decisions}
+        applied = set(manifest.applied) | {d.patch.id for d in plan.decisions if d.verdict == "already-applied"}
+        for pid in sorted(applied):
+            decision = by_id.get(pid)
+            if decision is None or not decision.variant:
+                notes.append(f"{pid}: applied, but this kit no longer declares it for this generator")
+                continue
+            problems.extend(self._missing_markers(decision))
+        for d in plan.decisions:
+            if d.verdict == "apply" and d.on_disk == "excluded":
+                notes.append(f"{d.patch.id}: needed now, left out by the last apply (--exclude); `compat apply` adds it")
+            elif d.verdict == "apply":
+                problems.append(f"{d.patch.id}: needed and not applied (run `compat apply`)")
+            elif d.verdict in ("not-needed", "out-of-range") and d.on_disk in ("applied", "partial"):
+                notes.append(f"{d.patch.id}: applied but no longer needed; `compat apply` removes it")
+        return Verification(plan, tuple(problems), tuple(notes))
+
+    def _missing_markers(self, decision: Decision) -> list[str]:
+        problems = []
+        for relpath, markers in decision.patch.expected_markers(decision.variant).items():
+            data = self._read(relpath)
+            current = textfile.normalised(data) if data is not None else ""
+            for marker in markers:
+                if marker not in current:
+                    first = marker.strip().splitlines()[0] if marker.strip() else marker
+                    problems.append(f"{decision.patch.id}: {relpath} lacks {first!r}")
+                    break
         return problems
 
-    def revert(self, force: bool = False) -> list[str]:
-        """Restore byte-identical pristine files and drop our state."""
-        self.preflight()
-        try:
-            with self.lock():
-                return self._revert_locked(force)
-        except Timeout as exc:
-            raise EnvironmentProblem(f"another apply holds {exc.lock_file}; try again") from exc
+    def revert(self, force: bool = False, watched: Iterable[str] = ()) -> list[str]:
+        """Restore byte-identical pristine files and drop our state.
 
-    def _revert_locked(self, force: bool) -> list[str]:
-        state_dir = self.target.state_dir
-        root = state_dir / "pristine"
+        ``watched`` are the files this kit's patches may touch: with no state
+        to restore from, any of them differing from RECORD is reported, not
+        passed over.
+        """
+        self.preflight()
+        with self.locked():
+            try:
+                self.recover()
+            except PatchError:
+                if not force:
+                    raise
+            return self._revert_locked(force, tuple(watched))
+
+    def _revert_locked(self, force: bool, watched: tuple[str, ...]) -> list[str]:
+        root = self.target.state_dir / "pristine"
         if not root.is_dir():
-            if state_dir.exists():
-                shutil.rmtree(state_dir)
+            differing = [rel for rel in watched if rel in self.target.record and self._sha_now(rel) not in
+                         (None, self.target.record[rel])]
+            if differing:
+                raise PatchError(
+                    f"{', '.join(differing)} differ(s) from {self.target.name} {self.target.version}'s RECORD, and "
+                    f"there is no patcher state in {self.target.state_dir} to restore from. Nothing was restored; "
+                    f"reinstall it: pip install --force-reinstall --no-deps {self.target.name}=={self.target.version}"
+                )
+            if self.target.state_dir.exists():
+                shutil.rmtree(self.target.state_dir)
             return []
         try:
-            known_by_file = {k: set(v.get("known_sha256", [])) for k, v in Manifest.load(self.target).files.items()}
+            manifest = self.manifest()
+            known_by_file = {rel: manifest.known(rel) for rel in manifest.files}
         except EnvironmentProblem:
+            if not force:
+                raise PatchError(f"the manifest in {self.target.state_dir} cannot be used, so this kit cannot tell "
+                                 f"its own bytes from a drift; use --force to restore the RECORD-proven backups")
+            manifest = Manifest(self.target.manifest_path, self.target.name, self.target.version)
             known_by_file = {}
-        plan = []
+        writes, pristine = {}, {}
         for backup in sorted(p for p in root.rglob("*") if p.is_file()):
             relpath = backup.relative_to(root).as_posix()
-            data = backup.read_bytes()
+            data = self._read_path(backup)
             expected = self.target.record.get(relpath)
-            if expected is not None and sha256(data) != expected:
+            if expected is None:
+                raise PatchError(f"backup {backup} has no RECORD entry in {self.target.name}; refusing to write "
+                                 f"it back unchecked. Nothing was restored.")
+            if sha256(data) != expected:
                 raise PatchError(f"backup {backup} does not match RECORD; refusing to restore it")
+            if self._link_problem(relpath):
+                raise PatchError(self._link_problem(relpath))
             current = self._read(relpath)
             ours = current is None or current == data or sha256(current) in known_by_file.get(relpath, set())
             if not ours and not force:
                 raise PatchError(f"{relpath} was changed by something other than this kit; use --force to restore anyway")
-            plan.append((relpath, data, current))
-        restored = []
-        for relpath, data, current in plan:
             if current != data:
-                path = self.target.path(relpath)
-                mode = path.stat().st_mode & 0o7777 if path.exists() else None
-                atomic_write(path, data, mode)
-                clear_bytecode(path)
-                restored.append(relpath)
-        shutil.rmtree(state_dir)
-        return restored
+                writes[relpath] = (current, data)
+            pristine[relpath] = data
+        self._run(manifest, "revert", writes, pristine, None)
+        return sorted(writes)

@@ -1,9 +1,8 @@
 """The registry: every patch declaration, judged against a surface.
 
-Selection gives each patch exactly one verdict.  The registry decides the
-surface-level ones (out-of-range, unknown-surface, not-needed, needed); the
-patcher turns ``needed`` into apply / already-applied / drifted / failed by
-looking at the files.  Versions are only a coarse prefilter; probe values decide.
+Selection gives each patch exactly one surface-level verdict (out-of-range,
+unknown-surface, not-needed, needed); the rest of the life-cycle is in
+:mod:`compat.verdicts`.  Versions are only a coarse prefilter; probe values decide.
 """
 
 from __future__ import annotations
@@ -12,37 +11,17 @@ import importlib
 import importlib.util
 import pkgutil
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 
 from . import versions
 from .declaration import Patch
 from .probes import PROBES, Unknown
 from .surface import Surface
-
-VERDICTS = ("apply", "already-applied", "not-needed", "out-of-range", "unknown-surface", "drifted", "failed")
+from .verdicts import VERDICTS, Decision  # noqa: F401  (the life-cycle lives in compat.verdicts)
 
 
 class DeclarationError(Exception):
     """A malformed patch declaration (a bug in this kit, caught by unit tests)."""
-
-
-@dataclass
-class Decision:
-    patch: Patch
-    verdict: str  # one of VERDICTS, or "needed" before the patcher looks at files
-    reason: str
-    variant: str | None = None
-
-    def as_json(self) -> dict:
-        return {
-            "id": self.patch.id,
-            "title": self.patch.title,
-            "verdict": self.verdict,
-            "reason": self.reason,
-            "upstream": self.patch.upstream,
-            "files": list(self.patch.files(self.variant)) if self.variant else [],
-        }
 
 
 def _patch_package():
@@ -95,6 +74,8 @@ def validate(patch: Patch) -> None:
             raise DeclarationError(f"{patch.id}: empty {field}")
     if not patch.edits:
         raise DeclarationError(f"{patch.id}: no edits")
+    if not patch.target.isidentifier():
+        raise DeclarationError(f"{patch.id}: target {patch.target!r} is not an importable top-level module name")
 
 
 def judge(patch: Patch, surface: Surface) -> Decision:

@@ -67,7 +67,7 @@ def test_without_vllm_exits_2_fast_and_names_what_is_missing(tmp_path):
 
 def test_dry_run_changes_nothing(site):
     before = snapshot(site)
-    proc = cli(site, "--dry-run", "--json", str(site / "plan.json"))
+    proc = cli(site, "--dry-run", "--json-file", str(site / "plan.json"))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert snapshot(site) == before
     doc = json.loads((site / "plan.json").read_text())
@@ -78,13 +78,13 @@ def test_dry_run_changes_nothing(site):
 
 def test_apply_verify_reapply_revert(site):
     pristine = snapshot(site)
-    first = cli(site, "--json", str(site / "r1.json"))
+    first = cli(site, "--json-file", str(site / "r1.json"))
     assert first.returncode == 0, first.stdout + first.stderr
     applied = [p["id"] for p in json.loads((site / "r1.json").read_text())["patches"] if p["verdict"] == "apply"]
     assert applied, first.stdout
     verify = cli(site, "--verify")
     assert verify.returncode == 0, verify.stdout + verify.stderr
-    again = cli(site, "--json", str(site / "r2.json"))
+    again = cli(site, "--json-file", str(site / "r2.json"))
     assert again.returncode == 0
     verdicts = {p["id"]: p["verdict"] for p in json.loads((site / "r2.json").read_text())["patches"]}
     assert {verdicts[i] for i in applied} == {"already-applied"}
@@ -118,7 +118,7 @@ def test_corrupt_manifest_is_an_environment_problem(site):
 def test_unknown_surface_is_reported_not_guessed(site):
     (site / "vllm/v1/request.py").unlink()
     before = snapshot(site)
-    proc = cli(site, "--json", str(site / "r.json"))
+    proc = cli(site, "--json-file", str(site / "r.json"))
     doc = json.loads((site / "r.json").read_text())
     unknown = [p for p in doc["patches"] if p["verdict"] == "unknown-surface"]
     assert unknown and all("request" in p["reason"] for p in unknown), proc.stdout

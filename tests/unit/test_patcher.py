@@ -99,8 +99,7 @@ def test_anchor_that_no_longer_matches_fails_cleanly(tmp_path):
     from compat.registry import Decision
 
     bad = toy._patch("toy.bad", {"toy/a.py": (Edit("NOT THERE", "x"),)})
-    ds = [Decision(bad, "needed", "", "v"), *toy.decisions({"toy.y"})]
-    Patcher(open_target("toy", site)).apply(ds, "fp")
+    ds = Patcher(open_target("toy", site)).apply([Decision(bad, "needed", "", "v"), *toy.decisions({"toy.y"})], "fp").decisions
     assert ds[0].verdict == "failed" and "matches 0 times" in ds[0].reason
     assert toy.snapshot(site) == toy.PRISTINE
 

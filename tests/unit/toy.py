@@ -52,9 +52,8 @@ def decisions(selected) -> list[Decision]:
 
 
 def apply(site: Path, selected, **kw) -> list[Decision]:
-    ds = decisions(selected)
-    Patcher(open_target("toy", site), **kw).apply(ds, "fp")
-    return ds
+    """Apply ``selected``; returns the decisions after the file step."""
+    return list(Patcher(open_target("toy", site), **kw).apply(decisions(selected), "fp").decisions)
 
 
 def revert(site: Path, **kw):
