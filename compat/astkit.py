@@ -205,21 +205,18 @@ class ClassChain:
 
 
 def class_chain(reader: Reader, relpath: str, name: str) -> ClassChain | None:
-    """The class ``name`` of module ``relpath`` with its bases (None if the class is not there)."""
+    """The class ``name`` of module ``relpath`` with its bases in C3 order (None if the class is not there)."""
     found = resolve_name(reader, relpath, name)
     if found is None or not isinstance(found[1], ast.ClassDef):
         return None
     chain = ClassChain()
-    _walk_bases(reader, found[0], found[1], chain, set(), 0)
+    chain.classes = _linearize(reader, found[0], found[1], chain.unread, 0)
     return chain
 
 
-def _walk_bases(reader: Reader, relpath: str, cls: ast.ClassDef, chain: ClassChain, seen: set, depth: int) -> None:
-    key = (relpath, cls.name)
-    if key in seen:
-        return
-    seen.add(key)
-    chain.classes.append((relpath, cls))
+def _linearize(reader: Reader, relpath: str, cls: ast.ClassDef, unread: list, depth: int) -> list:
+    """Python's C3 method-resolution order over the bases that can be read."""
+    parents = []
     for base in cls.bases:
         expr = base.value if isinstance(base, ast.Subscript) else base
         label = dotted_name(expr) or ast.unparse(base)
@@ -227,9 +224,28 @@ def _walk_bases(reader: Reader, relpath: str, cls: ast.ClassDef, chain: ClassCha
             continue
         target = resolve_name(reader, relpath, label) if isinstance(expr, ast.Name) else None
         if target is None or not isinstance(target[1], ast.ClassDef) or depth >= _MAX_HOPS:
-            chain.unread.append(f"{label} (in {relpath})")
+            unread.append(f"{label} (in {relpath})")
             continue
-        _walk_bases(reader, target[0], target[1], chain, seen, depth + 1)
+        parents.append(_linearize(reader, target[0], target[1], unread, depth + 1))
+    return [(relpath, cls), *_merge([*parents, [p[0] for p in parents]], unread)]
+
+
+def _merge(sequences: list, unread: list) -> list:
+    key = lambda item: (item[0], item[1].name)  # noqa: E731
+    sequences = [list(s) for s in sequences if s]
+    out = []
+    while sequences:
+        for seq in sequences:
+            head = seq[0]
+            if not any(key(head) in map(key, other[1:]) for other in sequences):
+                break
+        else:
+            unread.append("an inconsistent base-class order")
+            return out
+        out.append(head)
+        sequences = [[i for i in s if key(i) != key(head)] for s in sequences]
+        sequences = [s for s in sequences if s]
+    return out
 
 
 # -- signatures and fields ---------------------------------------------------------------

@@ -257,18 +257,20 @@ def _kv_definitions(reader: Reader):
     """
     if reader.module(KV_UTILS) is None:
         return Unknown(f"{KV_UTILS} not found")
-    found, unresolved = {}, []
-    for name in KV_FUNCTIONS:
-        for relpath in KV_LOOKUP:
-            if reader.module(relpath) is None:
-                continue
-            hit = astkit.resolve_name(reader, relpath, name)
-            if hit is not None and isinstance(hit[1], (ast.FunctionDef, ast.AsyncFunctionDef)):
-                found[name] = hit
-                break
-        else:
-            if any(reader.module(p) is not None and _mentions(reader.module(p), (name,)) for p in KV_LOOKUP):
-                unresolved.append(name)
+    lookup, found = list(KV_LOOKUP), {}
+    while True:  # a module found to hold one of them is searched for the others too
+        for name in KV_FUNCTIONS:
+            for relpath in lookup:
+                hit = reader.module(relpath) is not None and astkit.resolve_name(reader, relpath, name)
+                if hit and isinstance(hit[1], (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    found.setdefault(name, hit)
+                    break
+        homes = [p for p, _fn in found.values() if p not in lookup]
+        if not homes:
+            break
+        lookup += homes
+    missing = [n for n in KV_FUNCTIONS if n not in found]
+    unresolved = [n for n in missing if any(reader.module(p) is not None and _mentions(reader.module(p), (n,)) for p in lookup)]
     if unresolved:
         return Unknown(f"{', '.join(unresolved)} used but its definition was not found")
     if not found:

