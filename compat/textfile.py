@@ -27,7 +27,12 @@ def decode(data: bytes, relpath: str) -> tuple[str, Style]:
     """``(text with \\n line endings, how to write it back)``."""
     try:
         encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
-    except SyntaxError as exc:
+    except SyntaxError as exc:  # undecodable first lines, or a cookie naming no codec
+        try:
+            data.decode("utf-8")
+        except UnicodeDecodeError as bad:
+            raise TextProblem(f"{relpath} is not valid utf-8 at byte {bad.start} and declares no other encoding; "
+                              f"this kit edits source text only") from exc
         raise TextProblem(f"{relpath}: unusable source encoding declaration ({exc})") from exc
     try:
         text = data.decode(encoding)
