@@ -128,6 +128,12 @@ CHANGES = (
            Evidence(GENERATOR, r"from vllm\.v1\.core\.kv_cache_utils import \([^)]*get_kv_cache_config_from_groups")),
 )
 
+#: Model Runner V2 is chosen from VLLM_USE_V2_MODEL_RUNNER: 0.12-0.21 the GPU worker reads it (unset = V1);
+#: from 0.22 VllmConfig.use_v2_model_runner reads it first, so "0" also opts out of the default.
+V2_ENV = "VLLM_USE_V2_MODEL_RUNNER"
+V2_OPT_OUT = ("0.22.0", Evidence("vllm/config/vllm.py",
+                                 r"use_v2_model_runner = envs\.VLLM_USE_V2_MODEL_RUNNER\n\s+if use_v2_model_runner is not None:"))
+
 #: The oldest vLLM each generator runs on at all (below it the plan says NO): (release, vLLM evidence, why).
 FLOORS = {
     "0.3.0": ("0.11.0", (Evidence(KV_UTILS, r"\ndef get_kv_cache_config_from_groups\("),),
@@ -265,6 +271,58 @@ def test_prefilters_alone_bound_unknown_probes(path, variant):
         assert answer.startswith("UNKNOWN" if reached else "YES"), answer
 
 
+def _answer_with_unknown_vllm(path: Path, variant: str) -> str:
+    surface = surface_for(path, variant)
+    for name, spec in PROBES.items():
+        if spec.package == "vllm":
+            surface.values[name] = Unknown("mutated away by the test")
+    return verdict_line(select(surface), surface)
+
+
+BELOW_BOTH = [case for case in CASES if not supported(case.values[0].stem[5:], "0.3.0")]
+BELOW_04X = [case for case in CASES if case.values[1] == "0.4.x" and supported(case.values[0].stem[5:], "0.3.0")
+             and not supported(case.values[0].stem[5:], "0.4.x")]
+
+
+@pytest.mark.parametrize(("path", "variant"), BELOW_04X)
+def test_undecidable_04x_floor_is_never_yes(path, variant):
+    """vLLM 0.11.x is below speculators 0.4.x's floor; if the probes cannot tell, the plan says UNKNOWN, never YES."""
+    answer = _answer_with_unknown_vllm(path, variant)
+    assert answer.startswith(("NO", "UNKNOWN")), answer
+
+
+@pytest.mark.xfail(strict=True, reason="compat.plan.judge: an unknown floor probe (kv_cache.from_groups.kv_cache_specs) "
+                   "falls through to YES; remove this mark with the fix")
+@pytest.mark.parametrize(("path", "variant"), BELOW_BOTH)
+def test_undecidable_floor_is_never_yes(path, variant):
+    """vLLM below 0.11.0 runs neither generator; if the probes cannot tell, the plan says UNKNOWN, never YES."""
+    answer = _answer_with_unknown_vllm(path, variant)
+    assert answer.startswith(("NO", "UNKNOWN")), answer
+
+
+V2_CASES = [("0.11.2", "1", False), ("0.12.0", "1", True), ("0.21.0", "1", True), ("0.29.0", "0", False)]
+
+
+@pytest.mark.parametrize(("release", "value", "runs_v2"), V2_CASES, ids=[f"{r}-{v}" for r, v, _ in V2_CASES])
+def test_v2_opt_in_is_planned(release, value, runs_v2):
+    """VLLM_USE_V2_MODEL_RUNNER where compat runs: the V2 patch follows it from 0.12 on (opt-out from 0.22).
+
+    The surface is probed from the real wheel, as an installed vLLM running
+    with that environment would be; nothing is taken from the declarations.
+    """
+    from compat.sources import WheelSource
+    from compat.surface import evaluate
+
+    source = WheelSource(_vllm_wheel(release))
+    source.environ = {V2_ENV: value}
+    surface = evaluate(source, None, only="vllm")
+    surface.packages["speculators"] = {"name": "speculators", "version": GENERATORS["0.4.x"]}
+    surface.values["speculators.generator"] = "0.4.x"
+    surface.values["transformers.config_torch_annotation"] = "none"
+    verdicts = {d.patch.id: d.verdict for d in select(surface)}
+    assert (verdicts["vllm.runner.v2_has_no_input_batch"] == "needed") == runs_v2, verdicts
+
+
 def test_transformers5_adds_the_import_patch():
     for path in SURFACES:
         for variant in GENERATORS:
@@ -298,6 +356,7 @@ def _shows(archive: Path, evidence: Evidence) -> bool:
 
 POINTS = [(c.patch, c.release, c.vllm) for c in CHANGES]
 POINTS += [(f"{c.patch} (opt-in)", *c.reachable) for c in CHANGES if c.reachable]
+POINTS += [("VLLM_USE_V2_MODEL_RUNNER opt-out", *V2_OPT_OUT)]
 POINTS = [(name, release, (ev,) if isinstance(ev, Evidence) else ev) for name, release, ev in POINTS]
 POINTS += [(f"floor of speculators {variant}", release, ev) for variant, (release, ev, _why) in FLOORS.items()]
 
