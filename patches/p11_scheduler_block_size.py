@@ -12,7 +12,7 @@ PATCH = Patch(
     target="speculators",
     versions={"vllm": ">=0.11.0.dev0", "speculators": SPECULATORS},
     requires={"scheduler.block_size": ("required", "optional")},
-    symptom="missing 1 required positional argument: 'block_size'",
+    symptom="Scheduler.__init__() missing 1 required positional argument: 'block_size'",
     edits={
         V030: {
             GENERATOR: (

@@ -15,7 +15,7 @@ PATCH = Patch(
     target="speculators",
     versions={"vllm": ">=0.11.0.dev0", "speculators": SPECULATORS},
     requires={"scheduler_config.is_encoder_decoder": ("required",)},
-    symptom="is_encoder_decoder",
+    symptom="1 validation error for SchedulerConfig\nis_encoder_decoder\n  Field required",  # pydantic, vLLM 0.16
     edits={
         V030: {
             GENERATOR: (

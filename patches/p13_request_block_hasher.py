@@ -46,7 +46,7 @@ PATCH = Patch(
     },
     symptom=(
         "assert len(request.block_hashes) >= num_full_blocks",  # vLLM 0.12-0.2x
-        "block_hash = new_block_hashes[i]",  # later: IndexError in BlockPool.cache_full_blocks
+        "in cache_full_blocks\n    block_hash = new_block_hashes[i]",  # later: IndexError in BlockPool.cache_full_blocks
     ),
     edits={
         V030: {
