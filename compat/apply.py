@@ -109,7 +109,7 @@ def _decide(args) -> int:
         raise EnvironmentProblem(f"--exclude: no patch has the id {', '.join(unknown)} (known: {known}); "
                                  f"nothing was changed")
     decisions = list(verdicts.exclude(decisions, args.exclude))
-    outcome = _run_targets(mode, decisions, surface.fingerprint())
+    outcome = run_targets(mode, decisions, surface.fingerprint())
     code = report.exit_code(outcome.decisions, outcome.problems)
     lines = [*report.header(surface), *report.table(outcome.decisions)]
     lines += [f"problem: {p}" for p in outcome.problems] + [f"note: {n}" for n in outcome.notes]
@@ -142,7 +142,7 @@ def open_patchers(decisions: list[Decision], site=None) -> dict[str, Patcher]:
     return patchers
 
 
-def _run_targets(mode: str, decisions: list[Decision], fingerprint: str, site=None) -> Outcome:
+def run_targets(mode: str, decisions: list[Decision], fingerprint: str, site=None) -> Outcome:
     patchers = open_patchers(decisions, site)
     groups = by_target(decisions)
     outcome = Outcome()
