@@ -28,8 +28,6 @@ from .surface import evaluate, installed_sources
 from .versions import in_range
 
 DESCRIPTION = "Judge a vLLM wheel, sdist or tree before installing it: which patches it needs, or why it cannot work."
-#: exit status for "this speculators has no generator the kit knows" (compat.report.UNSUPPORTED once defined there)
-UNSUPPORTED = getattr(report, "UNSUPPORTED", 3)
 
 #: (generator variant or None for any, probe, value, why): combinations no patch rescues
 INCOMPATIBLE = (
@@ -197,7 +195,7 @@ def judge(decisions, surface) -> Answer:
     if generator == "absent":
         return Answer("UNSUPPORTED", f"speculators {version} has no VllmHiddenStatesGenerator this kit can patch "
                       f"(it exists in {upstream_facts.GENERATOR_ADDED} .. 0.4.x; from "
-                      f"{upstream_facts.GENERATOR_REMOVED} speculators generates data through vllm serve)", UNSUPPORTED)
+                      f"{upstream_facts.GENERATOR_REMOVED} speculators generates data through vllm serve)", report.UNSUPPORTED)
     if isinstance(generator, Unknown):
         return Answer("UNKNOWN", f"speculators generator: {generator.reason}; do not install blind",
                       report.PATCH_PROBLEM)
