@@ -18,7 +18,8 @@ USAGE_ERROR = 2  # argparse's own exit status for a bad command line
 
 def _describe(module) -> str:
     text = getattr(module, "DESCRIPTION", None) or (module.__doc__ or "").strip().splitlines()[0]
-    return text.replace("``", "")
+    text = text.replace("``", "").strip().rstrip(".")
+    return text[:1].upper() + text[1:]
 
 
 def build_parser() -> argparse.ArgumentParser:
