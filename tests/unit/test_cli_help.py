@@ -224,3 +224,12 @@ def test_surface_diff_works_from_any_directory_after_pip_install(installed_kit, 
     script = subprocess.run([str(installed_kit / "bin" / "compat"), "--help"], cwd=tmp_path, env=env,
                             capture_output=True, text=True, timeout=60)
     assert script.returncode == 0 and "surface" in script.stdout
+
+
+def test_bad_command_lines_are_usage_errors_with_a_message(vllm_032, tmp_path):
+    proc = compat("bogus")
+    assert proc.returncode == 2 and "invalid choice: 'bogus'" in proc.stderr
+    proc = compat("surface", "diff", "0.16.0")
+    assert proc.returncode == 2 and proc.stderr.startswith("usage: compat surface diff")
+    proc = compat("plan", "--wheel", vllm_032, "--speculators", "0.4.0.1", "--json-file", str(tmp_path / "no" / "x.json"))
+    assert proc.returncode == 2 and "cannot write" in proc.stderr and "Traceback" not in proc.stderr
