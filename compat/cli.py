@@ -17,8 +17,8 @@ USAGE_ERROR = 2  # argparse's own exit status for a bad command line
 
 
 def _describe(module) -> str:
-    text = getattr(module, "DESCRIPTION", None) or (module.__doc__ or "").strip().splitlines()[0]
-    text = text.replace("``", "").strip().rstrip(".")
+    """The module's one-line DESCRIPTION in the help's style: capitalised, no final period, no markup."""
+    text = module.DESCRIPTION.replace("``", "").strip().rstrip(".")
     return text[:1].upper() + text[1:]
 
 
@@ -33,14 +33,9 @@ def build_parser() -> argparse.ArgumentParser:
     for name in COMMANDS:
         module = importlib.import_module(f"compat.{name}")
         description = _describe(module)
-        if hasattr(module, "add_arguments") and hasattr(module, "run"):
-            sub = commands.add_parser(name, help=description, description=description)
-            module.add_arguments(sub)
-            sub.set_defaults(handler=module.run)
-        else:  # a module still on main(argv): hand it the rest of the line untouched
-            sub = commands.add_parser(name, help=description, add_help=False, prefix_chars="\0")
-            sub.add_argument("rest", nargs=argparse.REMAINDER)
-            sub.set_defaults(handler=None, legacy=module.main)
+        sub = commands.add_parser(name, help=description, description=description)
+        module.add_arguments(sub)
+        sub.set_defaults(handler=module.run)
     return parser
 
 
@@ -51,8 +46,6 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help(sys.stderr)
         return USAGE_ERROR
     args = parser.parse_args(argv)
-    if args.handler is None:
-        return args.legacy(args.rest)
     return args.handler(args)
 
 
