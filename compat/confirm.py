@@ -319,6 +319,9 @@ def _bar(done: int, total: int, width: int = 12) -> str:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", required=True, help="a local HF checkpoint directory (e.g. fixtures/tiny_model.py's)")
     parser.add_argument("--layers", default="all", help="generator layer ids to capture, comma-separated (default: all)")
+    parser.add_argument("--calls", default=",".join(map(str, CALLS)),
+                        help="sequences per call, comma-separated, all on one generator (default: %(default)s: crosses "
+                        "11 sequences and the 32-slot limit, and repeats a call)")
     parser.add_argument("--max-batched-tokens", type=int, default=96,
                         help="token budget per step, to force chunked prefill (speculators 0.4.x; 0.3.0 has no such "
                         "argument and must not chunk)")
@@ -343,6 +346,13 @@ def run(args) -> int:
     if not layers or any(not 0 <= k < depth for k in layers):
         print(f"confirm: layer ids must lie in 0..{depth - 1}, got {args.layers}", file=sys.stderr)
         return ENVIRONMENT
+    try:
+        sizes = [int(n) for n in args.calls.split(",")]
+    except ValueError:
+        sizes = []
+    if not sizes or min(sizes) < 1:
+        print(f"confirm: --calls wants positive sequence counts, e.g. 1,11,33,11; got {args.calls!r}", file=sys.stderr)
+        return ENVIRONMENT
     log_path = Path(args.log) if args.log else default_log_path()
     started = time.monotonic()
 
@@ -350,7 +360,7 @@ def run(args) -> int:
         print(f"confirm: [{time.monotonic() - started:6.1f} s] {text}", file=stream or sys.stderr, flush=True)
 
     say(f"vLLM's log: {log_path}")
-    calls = make_calls()
+    calls = make_calls(sizes)
     say(f"Hugging Face float32 reference for {sum(map(len, calls))} sequences")
     with EngineLog(log_path, echo=args.verbose):
         reference = hf_reference(args.model, [p for c in calls for p in c], layers)

@@ -18,7 +18,7 @@ from compat.confirm import TOLERANCE_RULE, num_layers
 def test_confirm_shows_only_its_own_lines_and_keeps_vllm_log(patched_report, tiny_model, tmp_path):
     log, doc_path = tmp_path / "vllm.log", tmp_path / "confirm.json"
     proc = subprocess.run([sys.executable, "-m", "compat.confirm", "--model", tiny_model, "--log", str(log),
-                           "--json-file", str(doc_path)], capture_output=True, text=True, cwd="/", timeout=900)
+                           "--json-file", str(doc_path), "--calls", "1,11"], capture_output=True, text=True, cwd="/", timeout=900)
     shown = (proc.stderr + proc.stdout).splitlines()
     assert proc.returncode == 0, "\n".join(shown[-40:])
     assert str(log) in shown[0], shown[:3]  # the log's path comes first
@@ -33,6 +33,12 @@ def test_confirm_shows_only_its_own_lines_and_keeps_vllm_log(patched_report, tin
     for call in doc["calls"]:
         assert sorted(int(k) for k in call["layers"]) == every
     assert TOLERANCE_RULE in proc.stdout
+
+
+def test_confirm_rejects_bad_calls_without_a_traceback(tiny_model):
+    proc = subprocess.run([sys.executable, "-m", "compat.confirm", "--model", tiny_model, "--calls", "1,x"],
+                          capture_output=True, text=True, cwd="/")
+    assert proc.returncode == 2 and "--calls" in proc.stderr and "Traceback" not in proc.stderr
 
 
 def test_confirm_rejects_a_path_that_is_no_checkpoint(tmp_path):

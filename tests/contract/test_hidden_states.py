@@ -83,7 +83,7 @@ def test_tolerance_rejects_a_bf16_model_at_every_layer(tiny_model):
 
     from compat.confirm import compare
 
-    calls = make_calls((1, 11))
+    calls = make_calls((1, 4))
     layers = list(range(num_layers(tiny_model)))
     prompts = [p for c in calls for p in c]
     reference = hf_reference(tiny_model, prompts, layers)
