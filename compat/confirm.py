@@ -149,6 +149,7 @@ class EngineLog:
         self.thread = None
         if self.echo:
             read_end, write_end = os.pipe()
+            self.echo_fd = os.dup(self.saved[2])  # the thread's own terminal fd: it may outlive __exit__
             self.thread = threading.Thread(target=self._tee, args=(read_end,), daemon=True)
             self.thread.start()
             target = write_end
@@ -161,10 +162,15 @@ class EngineLog:
         return self
 
     def _tee(self, read_end: int) -> None:
-        while chunk := os.read(read_end, 65536):
-            self.file.write(chunk)
-            os.write(self.saved[2], chunk)
-        os.close(read_end)
+        try:
+            while chunk := os.read(read_end, 65536):
+                self.file.write(chunk)
+                os.write(self.echo_fd, chunk)
+        except (OSError, ValueError):  # the file was closed after a lingering worker outlived the run
+            pass
+        finally:
+            os.close(read_end)
+            os.close(self.echo_fd)
 
     def __exit__(self, *exc):
         sys.stdout.flush()

@@ -166,34 +166,46 @@ def observe_config_torch_annotation() -> str:
     return "resolvable"
 
 
-def observe_v2_default(vllm_config) -> str:
-    """Would this engine pick Model Runner V2 for this model, were Triton present and nothing opted in or out?
+def _v2_chosen(vllm_config, env_unset: bool):
+    """vLLM's own choice of Model Runner V2 for this config, were Triton present; None if V2 is absent.
 
-    The CPU lane lacks Triton, so vLLM's own resolution is evaluated with HAS_TRITON forced on
-    and VLLM_USE_V2_MODEL_RUNNER unset; the real choice is observed in the worker (worker_facts).
+    The CPU lane lacks Triton, so vLLM's resolution is evaluated with HAS_TRITON forced on;
+    ``env_unset`` hides VLLM_USE_V2_MODEL_RUNNER.  The workers' real runner is observed in worker_facts.
     """
     import importlib
     import importlib.util
 
     if importlib.util.find_spec("vllm.v1.worker.gpu.model_runner") is None:
-        return "absent"
-    import vllm.envs as envs
-
-    saved_env = os.environ.pop("VLLM_USE_V2_MODEL_RUNNER", None)
+        return None
+    saved_env = os.environ.pop("VLLM_USE_V2_MODEL_RUNNER", None) if env_unset else None
     try:
+        import vllm.envs as envs
+
         prop = getattr(type(vllm_config), "use_v2_model_runner", None)
-        if not isinstance(prop, property):
-            return "default" if envs.VLLM_USE_V2_MODEL_RUNNER else "opt-in"
+        if not isinstance(prop, property):  # 0.12-0.21: the worker reads the variable itself
+            return bool(envs.VLLM_USE_V2_MODEL_RUNNER)
         home = importlib.import_module(type(vllm_config).__module__)
         saved = getattr(home, "HAS_TRITON", None)
         home.HAS_TRITON = True
         try:
-            return "default" if prop.fget(vllm_config) else "opt-in"
+            return bool(prop.fget(vllm_config))
         finally:
             home.HAS_TRITON = saved
     finally:
         if saved_env is not None:
             os.environ["VLLM_USE_V2_MODEL_RUNNER"] = saved_env
+
+
+def observe_v2_default(vllm_config) -> str:
+    """Would this engine pick Model Runner V2 for this model with nothing opting in or out?"""
+    chosen = _v2_chosen(vllm_config, env_unset=True)
+    return "absent" if chosen is None else "default" if chosen else "opt-in"
+
+
+def observe_v2_selected(vllm_config) -> str:
+    """The same, with this environment's VLLM_USE_V2_MODEL_RUNNER as it is."""
+    chosen = _v2_chosen(vllm_config, env_unset=False)
+    return "absent" if chosen is None else "v2" if chosen else "v1"
 
 
 def worker_facts(worker) -> dict:
@@ -254,7 +266,8 @@ def observe_request_hashing(block_size: int) -> dict:
 
 def observe_engine(gen) -> dict:
     """collective_rpc's reply shape and the execute_model/sample_tokens contract, on the live engine."""
-    seen = {"runner.v2_default": observe_v2_default(gen.vllm_config), "reasons": observe_reasons(gen)}
+    seen = {"runner.v2_default": observe_v2_default(gen.vllm_config),
+            "runner.v2_selected": observe_v2_selected(gen.vllm_config), "reasons": observe_reasons(gen)}
     try:
         reply = gen.executor.collective_rpc("get_kv_cache_spec", unique_reply_rank=0)
         seen["executor.collective_rpc.unique_reply_rank"] = "list" if isinstance(reply, list) else "single"

@@ -50,6 +50,16 @@ def test_runner_v2_default_claim(surface, patched_report):
         assert observed == claimed
 
 
+def test_runner_v2_selected_claim(surface, patched_report):
+    """vLLM's choice with this environment's VLLM_USE_V2_MODEL_RUNNER, Triton assumed present."""
+    observed = patched_report["run"]["runtime"]["runner.v2_selected"]
+    claimed = surface.values["runner.v2_selected"]
+    if claimed == "by-architecture":
+        assert observed in ("v2", "v1"), observed
+    else:
+        assert observed == claimed
+
+
 def test_workers_really_run_the_v1_runner_here(patched_report):
     """No Triton on this CPU: whatever the default, the workers' runner keeps input_batch (V1)."""
     for facts in patched_report["run"]["runtime"]["reasons"]["workers"]:
