@@ -145,7 +145,13 @@ def failures(mutant: dict | None) -> set[str] | None:
     return {line.split()[1] for line in proc.stdout.splitlines() if line.startswith("FAILED ")}
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    global TESTS
+    parser = argparse.ArgumentParser(prog="python tests/unit/mutate_plan.py", description=__doc__.splitlines()[0])
+    parser.add_argument("--tests", default=TESTS, help=f"test file to judge (default {TESTS}), relative to the repo root")
+    TESTS = parser.parse_args(argv).tests
     sys.path.insert(0, str(ROOT))
     baseline = failures(None)
     if baseline is None:
