@@ -74,14 +74,6 @@ def parse(text: str, relpath: str = "<source>") -> ast.Module:
     return ast.parse(text, filename=relpath)
 
 
-def find_class(tree: ast.AST, name: str) -> ast.ClassDef | None:
-    """A top-level class (or one nested under ``if``/``try`` at module level)."""
-    for node in _module_level(tree):
-        if isinstance(node, ast.ClassDef) and node.name == name:
-            return node
-    return None
-
-
 def find_function(scope: ast.AST, name: str) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
     """A function defined directly in a module or class body (last definition wins)."""
     found = None

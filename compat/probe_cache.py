@@ -2,10 +2,10 @@
 
 Parsing vLLM's largest modules dominates a dry run.  An entry records every
 file the probes of one package read, with its size and mtime, and every
-environment variable they read (``VLLM_USE_V2_MODEL_RUNNER``); it is used only
-if all of them are still the same (a missing file must still be missing, an
-unset variable still unset) and the probe code itself is unchanged.  Any doubt (corrupt, unreadable) means
-evaluating again.
+environment variable they read (``VLLM_USE_V2_MODEL_RUNNER``); it is used
+only if all of them are still the same (a missing file must still be missing,
+an unset variable still unset) and the probe code itself is unchanged.  Any
+doubt (corrupt, unreadable) means evaluating again.
 """
 
 from __future__ import annotations

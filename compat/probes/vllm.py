@@ -75,28 +75,40 @@ def _owner_line(reader: Reader, files, cls_name: str):
     return (None, None) if isinstance(chain, Unknown) else (chain.classes[0][0], chain.classes[0][1].lineno)
 
 
+def _parameter(chain, cls_name: str, method: str, arg: str):
+    """(kind, relpath, function, forwarders) for ``cls_name.method(arg=)``, following ``**kwargs``
+    passed to ``super().method``; or Unknown.  ``function`` is the one whose signature decided,
+    ``forwarders`` the overrides on the way that handed their ``**kwargs`` on."""
+    after, forwarders = None, []
+    while True:
+        hit = chain.method(method, after=after)
+        if hit is None:
+            if not chain.complete:
+                return Unknown(f"{cls_name}.{method} not found; it may come from {', '.join(chain.unread)}")
+            return Unknown(f"{cls_name}.{method} not found (a generated method is not read)")
+        relpath, owner, fn = hit
+        opaque = astkit.opaque_decorators(fn)
+        if opaque:
+            return Unknown(f"{owner.name}.{method} is decorated with {', '.join(opaque)}, which may change its signature")
+        kind = astkit.argument_kind(fn, arg)
+        if kind != "absent" or fn.args.kwarg is None:
+            return kind, relpath, fn, forwarders
+        if not astkit.forwards_kwargs_to_super(fn):
+            return Unknown(f"{owner.name}.{method} takes **{fn.args.kwarg.arg}; {arg}= may be accepted there")
+        forwarders.append(fn)
+        after = owner  # **kwargs go on to the next definition in the chain
+
+
 def _init_argument(reader: Reader, files, cls_name: str, arg: str):
     """absent / optional / required for ``cls_name(arg=)``, following ``**kwargs`` to the base."""
     chain = _chain(reader, files, cls_name)
     if isinstance(chain, Unknown):
         return chain
-    after = None
-    while True:
-        hit = chain.method("__init__", after=after)
-        if hit is None:
-            if not chain.complete:
-                return Unknown(f"{cls_name}.__init__ not found; it may come from {', '.join(chain.unread)}")
-            return Unknown(f"{cls_name}.__init__ not found (a generated __init__ is not read)")
-        relpath, owner, fn = hit
-        opaque = astkit.opaque_decorators(fn)
-        if opaque:
-            return Unknown(f"{owner.name}.__init__ is decorated with {', '.join(opaque)}, which may change its signature")
-        kind = astkit.argument_kind(fn, arg)
-        if kind != "absent" or fn.args.kwarg is None:
-            return Reading(kind, relpath, fn.lineno)
-        if not astkit.forwards_kwargs_to_super(fn):
-            return Unknown(f"{owner.name}.__init__ takes **{fn.args.kwarg.arg}; {arg}= may be accepted there")
-        after = owner  # **kwargs go on to the next __init__ in the chain
+    found = _parameter(chain, cls_name, "__init__", arg)
+    if isinstance(found, Unknown):
+        return found
+    kind, relpath, fn, _forwarders = found
+    return Reading(kind, relpath, fn.lineno)
 
 
 def _field(reader: Reader, files, cls_name: str, name: str):
@@ -413,6 +425,18 @@ def _own_returns(fn: ast.AST):
         stack.extend(ast.iter_child_nodes(node))
 
 
+def _returns_super_call(fn: ast.AST) -> bool:
+    """Every own ``return`` hands back ``super().<name>(...)`` unchanged."""
+    returns = list(_own_returns(fn))
+    return bool(returns) and all(
+        isinstance(r.value, ast.Call)
+        and isinstance(r.value.func, ast.Attribute)
+        and isinstance(r.value.func.value, ast.Call)
+        and astkit.dotted_name(r.value.func.value.func) == "super"
+        for r in returns
+    )
+
+
 def _returns_plain_list(fn: ast.AST) -> bool:
     """Every own ``return`` gives back a local list built in ``fn`` (``responses = []``)."""
     lists = {
@@ -449,14 +473,14 @@ def executor_unique_reply_rank(reader: Reader):
     chain = _chain(reader, EXECUTOR, "MultiprocExecutor")
     if isinstance(chain, Unknown):
         return chain
-    hit = chain.method("collective_rpc")
-    if hit is None:
-        return Unknown("MultiprocExecutor.collective_rpc not found")
-    relpath, _owner, fn = hit
-    if not astkit.has_argument(fn, "unique_reply_rank"):
-        if fn.args.kwarg is not None:
-            return Unknown(f"collective_rpc takes **{fn.args.kwarg.arg}; unique_reply_rank= may be accepted there")
+    found = _parameter(chain, "MultiprocExecutor", "collective_rpc", "unique_reply_rank")
+    if isinstance(found, Unknown):
+        return found
+    kind, relpath, fn, forwarders = found
+    if kind == "absent":
         return Reading("absent", relpath, fn.lineno)
+    if not all(_returns_super_call(f) for f in forwarders):
+        return Unknown("a collective_rpc override reshapes what the base returns")
     if _returns_first_when_unique(fn):
         return Reading("single", relpath, fn.lineno)
     if any(_returns_first_when_unique(h) for h in _called_helpers(reader, relpath, chain, fn)):

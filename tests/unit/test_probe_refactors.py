@@ -168,12 +168,12 @@ def to_base(relpath, cls, members, module=None):
 
 
 def forward_kwargs(relpath, cls, method="__init__"):
-    """``cls.method`` moves to a base; ``cls`` keeps ``def method(self, *args, **kwargs): super().method(...)``."""
+    """``cls.method`` moves to a base; ``cls`` keeps ``def method(self, *args, **kwargs): return super().method(...)``."""
 
     def mutate(src: Overlay):
         to_base(relpath, cls, [method])(src)
         tree = src.tree(relpath)
-        stub = ast.parse(f"def {method}(self, *args, **kwargs):\n    super().{method}(*args, **kwargs)").body[0]
+        stub = ast.parse(f"def {method}(self, *args, **kwargs):\n    return super().{method}(*args, **kwargs)").body[0]
         _class(tree, cls).body.insert(0, stub)
         src.put(relpath, tree)
 
@@ -189,7 +189,7 @@ def kwargs_elsewhere(relpath, cls, method="__init__"):
         target = _class(tree, cls)
         fn = next(n for n in target.body if _member_name(n) == method)
         fn.name = "_setup"
-        stub = ast.parse(f"def {method}(self, *args, **kwargs):\n    self._setup(*args, **kwargs)").body[0]
+        stub = ast.parse(f"def {method}(self, *args, **kwargs):\n    return self._setup(*args, **kwargs)").body[0]
         target.body.insert(0, stub)
         src.put(relpath, tree)
 
