@@ -189,6 +189,16 @@ def incompatible(surface) -> str | None:
     return None
 
 
+def undecided_floor(surface) -> str | None:
+    """Why the plan cannot tell whether this vLLM is new enough for the generator (a floor probe is unknown)."""
+    variant = surface.values.get("speculators.generator")
+    for wanted, name, _value, _why in INCOMPATIBLE:
+        value = surface.value(name)
+        if (wanted is None or wanted == variant) and isinstance(value, Unknown):
+            return f"{name}: {value.reason}"
+    return None
+
+
 def judge(decisions, surface) -> Answer:
     generator = surface.values.get("speculators.generator")
     version = surface.version("speculators") or "?"
@@ -202,6 +212,10 @@ def judge(decisions, surface) -> Answer:
     why = incompatible(surface)
     if why:
         return Answer("NO", why, report.PATCH_PROBLEM)
+    floor = undecided_floor(surface)
+    if floor:
+        return Answer("UNKNOWN", f"cannot tell whether this vLLM is new enough for the generator ({floor}); "
+                      "do not install blind", report.PATCH_PROBLEM)
     unknown = [d for d in decisions if d.verdict == "unknown-surface"]
     if unknown:
         names = ", ".join(d.patch.id for d in unknown)

@@ -295,8 +295,6 @@ def test_undecidable_04x_floor_is_never_yes(path, variant):
     assert answer.startswith(("NO", "UNKNOWN")), answer
 
 
-@pytest.mark.xfail(strict=True, reason="compat.plan.judge: an unknown floor probe (kv_cache.from_groups.kv_cache_specs) "
-                   "falls through to YES; remove this mark with the fix")
 @pytest.mark.parametrize(("path", "variant"), BELOW_BOTH)
 def test_undecidable_floor_is_never_yes(path, variant):
     """vLLM below 0.11.0 runs neither generator; if the probes cannot tell, the plan says UNKNOWN, never YES."""
