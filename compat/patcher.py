@@ -216,6 +216,9 @@ class Patcher:
                 raise EnvironmentProblem(f"cannot inspect {path}: {exc}. Nothing was changed.") from exc
             if not stat.S_ISREG(info.st_mode):
                 raise EnvironmentProblem(f"{path} is not a regular file; refusing to replace it. Nothing was changed.")
+            if not os.access(path, os.W_OK):  # also false for root on an immutable (chattr +i) file
+                raise EnvironmentProblem(f"{path} is not writable (read-only or immutable); cannot patch "
+                                         f"{self.target.name}. Nothing was changed.")
         for directory in sorted(directories):
             try:
                 if _read_only_fs(directory):
@@ -252,13 +255,6 @@ class Patcher:
 
     def manifest(self) -> Manifest:
         return Manifest.load(self.target.manifest_path, self.target.name, self.target.version)
-
-    def pristine(self, relpath: str) -> bytes:
-        """The RECORD-proven pristine bytes of ``relpath`` (raises if they cannot be proven)."""
-        data, problem = self._pristine(relpath, self._read(relpath))
-        if data is None:
-            raise PatchError(problem)
-        return data
 
     def _pristine(self, relpath: str, current: bytes | None) -> tuple[bytes | None, str | None]:
         """The pristine bytes of ``relpath``, proven against RECORD, or a problem."""

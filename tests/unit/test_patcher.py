@@ -239,6 +239,24 @@ def test_read_only_package_subdirectory_is_refused_before_the_first_write(tmp_pa
     assert not (site / ".specdec-compat" / "deep-1.0").exists()
 
 
+@pytest.mark.skipif(shutil.which("chattr") is None, reason="needs e2fsprogs chattr")
+def test_immutable_file_in_a_subdirectory_is_refused_before_the_first_write(tmp_path):
+    """Item 3, without a mount namespace: chattr +i binds root too."""
+    site = _sub_site(tmp_path)
+    target = site / "deep/sub/b.py"
+    made = subprocess.run(["chattr", "+i", str(target)], capture_output=True, text=True)
+    if made.returncode != 0:
+        pytest.skip(f"this filesystem has no immutable flag: {made.stderr.strip()}")
+    try:
+        with pytest.raises(EnvironmentProblem, match="deep/sub/b.py is not writable") as info:
+            Patcher(open_target("deep", site)).apply(_deep_decisions(), "fp")
+        assert info.value.exit_code == 2
+        assert (site / "deep/a.py").read_bytes() == SUB_A and target.read_bytes() == SUB_B
+        assert not (site / ".specdec-compat" / "deep-1.0").exists()
+    finally:
+        subprocess.run(["chattr", "-i", str(target)], check=True)
+
+
 def test_os_error_while_writing_rolls_back_and_is_an_environment_problem(tmp_path, monkeypatch):
     """Item 3: an OSError after the first package file was replaced puts it back; exit 2, nothing changed."""
     import compat.patcher as patcher_module
