@@ -183,7 +183,7 @@ class ClassChain:
                 return relpath, cls, fn
         return None
 
-    def field(self, name: str):
+    def annotated(self, name: str):
         """(relpath, class, AnnAssign) of the first annotated class attribute ``name``."""
         for relpath, cls in self.classes:
             node = class_field(cls, name)

@@ -3,7 +3,9 @@
 A probe is a small function ``Reader -> Reading | Unknown``: it reads source
 with ``ast`` (never imports vLLM), returns a small comparable value, and keeps
 where it read it apart from the value.  ``PROBES`` maps probe name to function;
-:mod:`compat.probes.vllm` and :mod:`compat.probes.speculators` define them.
+:mod:`compat.probes.vllm`, :mod:`compat.probes.runner_v2` (which also reads
+``VLLM_USE_V2_MODEL_RUNNER`` from the reader's environment, when known),
+:mod:`compat.probes.speculators` and :mod:`compat.probes.transformers` define them.
 """
 
 from __future__ import annotations

@@ -116,7 +116,7 @@ def _field(reader: Reader, files, cls_name: str, name: str):
     chain = _chain(reader, files, cls_name)
     if isinstance(chain, Unknown):
         return chain
-    hit = chain.field(name)
+    hit = chain.annotated(name)
     if hit is not None:
         return hit[0], hit[2]
     if not chain.complete:

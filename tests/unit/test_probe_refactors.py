@@ -19,7 +19,7 @@ from functools import lru_cache
 import pytest
 
 from compat.astkit import Reader
-from compat.layout import GENERATOR, WORKER
+from compat.layout import WORKER
 from compat.probes import PROBES, Reading, Unknown
 from compat.sources import WheelSource
 from fixtures.wheels import wheel
