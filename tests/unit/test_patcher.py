@@ -15,6 +15,7 @@ from filelock import FileLock
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from compat import verdicts
 from compat.patcher import EnvironmentProblem, PatchError, Patcher, open_target
 from tests.unit import toy
 
@@ -44,6 +45,28 @@ def test_any_sequence_of_apply_and_revert_is_exact(ops):
                 assert {d.verdict for d in first if d.patch.id in op} <= {"apply", "already-applied"}
         toy.revert(site)
         assert toy.snapshot(site) == toy.PRISTINE
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.frozensets(st.sampled_from(toy.IDS)), st.frozensets(st.sampled_from(toy.IDS)),
+       st.frozensets(st.sampled_from(toy.IDS)))
+def test_a_plan_reports_per_patch_what_is_on_disk(applied, excluded, wanted):
+    """Item 8 as a property: after ``apply --exclude`` of any set, planning any other set says, per patch,
+    whether its edits are on disk, even when patches share a file."""
+    excluded = excluded & applied
+    with tempfile.TemporaryDirectory() as tmp:
+        site = toy.make_site(Path(tmp))
+        given_decisions = list(verdicts.exclude(toy.decisions(applied), excluded))
+        Patcher(open_target("toy", site)).apply(given_decisions, "fp")
+        on_disk = applied - excluded
+        assert toy.snapshot(site) == toy.expected(on_disk)
+        plan = Patcher(open_target("toy", site)).plan(toy.decisions(wanted))
+        for pid in toy.IDS:
+            decision = plan.decision(pid)
+            assert decision.on_disk == ("applied" if pid in on_disk else "excluded" if pid in excluded
+                                        else "not applied"), (pid, decision)
+            if pid in wanted:
+                assert decision.verdict == ("already-applied" if pid in on_disk else "apply"), (pid, decision)
 
 
 def test_apply_writes_manifest_and_clears_bytecode(tmp_path):
