@@ -525,8 +525,11 @@ class Patcher:
         applied = set(manifest.applied) | {d.patch.id for d in plan.decisions if d.verdict == "already-applied"}
         for pid in sorted(applied):
             decision = by_id.get(pid)
-            if decision is None or not decision.variant:
-                notes.append(f"{pid}: applied, but this kit no longer declares it for this generator")
+            if decision is None:
+                notes.append(f"{pid}: applied by an earlier version of this kit, which no longer declares it")
+                continue
+            if not decision.variant:
+                notes.append(f"{pid}: applied, now {decision.verdict} ({decision.reason}); `compat apply` removes it")
                 continue
             problems.extend(self._missing_markers(decision))
         for d in plan.decisions:
