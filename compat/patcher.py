@@ -13,9 +13,7 @@ the verdicts come from :mod:`compat.verdicts`.
 
 from __future__ import annotations
 
-import base64
 import hashlib
-import importlib.metadata as md
 import os
 import shutil
 import stat
@@ -27,12 +25,11 @@ from typing import Iterable, Sequence
 
 from filelock import FileLock, Timeout
 
-from . import dists, textfile, verdicts
+from . import textfile, verdicts
 from .declaration import AnchorError
 from .errors import EnvironmentProblem, PatchError
-from .layout import STATE_DIR
-from .sources import SourceError
 from .state import Manifest, atomic_write, make_dirs
+from .target import Target, open_target
 from .verdicts import Decision, FileView
 
 __all__ = ["EnvironmentProblem", "PatchError", "Patcher", "Plan", "Target", "open_target", "compose", "sha256"]
@@ -52,60 +49,6 @@ def clear_bytecode(path: Path) -> None:
 
 def _read_only_fs(path: Path) -> bool:
     return bool(os.statvfs(path).f_flag & os.ST_RDONLY)
-
-
-@dataclass
-class Target:
-    """An installed distribution whose files we patch."""
-
-    module: str
-    name: str
-    version: str
-    site: Path
-    record: dict[str, str]  # relpath -> sha256 hex from RECORD
-    editable: bool
-
-    @property
-    def state_root(self) -> Path:
-        return self.site / STATE_DIR
-
-    @property
-    def state_dir(self) -> Path:
-        slug = self.name.lower().replace("-", "_")
-        return self.state_root / f"{slug}-{self.version}"
-
-    @property
-    def manifest_path(self) -> Path:
-        return self.state_dir / "manifest.json"
-
-    def path(self, relpath: str) -> Path:
-        return self.site / relpath
-
-    def backup(self, relpath: str) -> Path:
-        return self.state_dir / "pristine" / relpath
-
-    def staged(self, relpath: str) -> Path:
-        return self.state_dir / "pending" / relpath
-
-
-def _record_hashes(dist: md.Distribution) -> dict[str, str]:
-    out = {}
-    for file in dist.files or ():
-        if file.hash is not None and file.hash.mode == "sha256":
-            raw = base64.urlsafe_b64decode(file.hash.value + "=" * (-len(file.hash.value) % 4))
-            out[str(file).replace("\\", "/")] = raw.hex()
-    return out
-
-
-def open_target(module: str, site: str | Path | None = None) -> Target:
-    try:
-        dist = dists.find_distribution(module, site)
-    except SourceError as exc:
-        raise EnvironmentProblem(str(exc)) from exc
-    if dist is None:
-        raise EnvironmentProblem(f"{module} is not installed in this environment (no distribution provides it)")
-    info = dists.describe(module, dist)
-    return Target(module, info.name, info.version, Path(str(dist.locate_file(""))), _record_hashes(dist), info.editable)
 
 
 def compose(text: str, decisions: Sequence[Decision], relpath: str) -> tuple[str, dict[str, str]]:

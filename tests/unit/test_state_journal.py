@@ -10,7 +10,10 @@ import pytest
 from compat.patcher import PatchError, Patcher, open_target
 from fixtures.synthetic import make_dist
 from tests.unit import toy
-from tests.unit.test_sigkill import N, Y_FILES, _child, _snapshot, apply, expected, pristine, tmp_path  # noqa: F401
+from tests.unit import test_sigkill
+from tests.unit.test_sigkill import N, Y_FILES, _child, _snapshot, apply, expected, pristine
+
+tmp_path = test_sigkill.tmp_path  # the tmpfs directory: these tests kill children mid-run too
 
 
 def _interrupted(tmp_path):
