@@ -6,7 +6,8 @@ speculators generators whose code trips on it, and the evidence in vLLM's
 own files.  test_change_point_evidence checks that evidence on the real
 wheels (the release before has not changed, the release itself has), and
 test_generator_evidence checks which generator trips on it in the real
-speculators wheels.  No change was undone upstream between 0.8.5 and 0.33.0.
+speculators wheels; test_no_change_was_undone checks that the newest
+release (0.33.0) still has each one.
 
 Probes and version prefilters are tested apart, so that a right prefilter
 cannot hide a wrong probe or the reverse: the probes alone must give the
@@ -66,6 +67,7 @@ class Change:
     vllm: tuple  # Evidence in vLLM's files at ``release`` against the release before
     speculators: Evidence  # pattern in the generator's files; the bug shows where it matches ``appears``
     reachable: tuple | None = None  # (release, Evidence): a user can opt into the change from here on
+    latest: tuple = ()  # Evidence that the newest release still has the change, where ``vllm``'s text was refactored
 
 
 BOTH = frozenset({"0.3.0", "0.4.x"})
@@ -73,6 +75,9 @@ ONLY_3 = frozenset({"0.3.0"})
 ONLY_4 = frozenset({"0.4.x"})
 SCHEDULER = "vllm/v1/core/sched/scheduler.py"
 KV_UTILS = "vllm/v1/core/kv_cache_utils.py"
+
+#: VllmConfig.use_v2_model_runner ends in ``return True``: V2 unless the env var or a check says otherwise
+V2_ON_BY_DEFAULT = r"def use_v2_model_runner\(self\) -> bool:(?:\n(?:        .*|))*?\n        return True\n\n    (?:@|def )"
 
 CHANGES = (
     Change("vllm.scheduler.block_size_required", "0.11.1", ONLY_3,
@@ -108,7 +113,8 @@ CHANGES = (
     Change("vllm.scheduler_config.async_scheduling_auto_on", "0.14.0", BOTH,
            "SchedulerConfig.async_scheduling default False -> Field(default=None), resolved to on",
            (Evidence("vllm/config/scheduler.py", r"async_scheduling: bool = Field\(default=None\)"),),
-           Evidence(GENERATOR, r"async_scheduling", appears=False)),
+           Evidence(GENERATOR, r"async_scheduling", appears=False),
+           latest=(Evidence("vllm/config/scheduler.py", r"async_scheduling: bool \| None = None"),)),
     Change("vllm.request.eos_token_id_to_sampling_params", "0.17.0", BOTH,
            "Request.__init__ lost eos_token_id (now a deprecated property reading sampling_params)",
            (Evidence("vllm/v1/request.py", r"\n        eos_token_id: int \| None,\n", appears=False),),
@@ -118,7 +124,9 @@ CHANGES = (
            "(for every model from 0.29.0); the VLLM_USE_V2_MODEL_RUNNER opt-in exists since 0.12.0",
            (Evidence("vllm/config/vllm.py", r"DEFAULT_V2_MODEL_RUNNER_ARCHITECTURES"),),
            Evidence(WORKER, r"model_runner\.input_batch"),
-           reachable=("0.12.0", Evidence("vllm/envs.py", r'"VLLM_USE_V2_MODEL_RUNNER"'))),
+           reachable=("0.12.0", Evidence("vllm/envs.py", r'"VLLM_USE_V2_MODEL_RUNNER"')),
+           latest=(Evidence("vllm/config/vllm.py", r"_is_default_v2_model_runner_model\(\)", appears=False),
+                   Evidence("vllm/config/vllm.py", V2_ON_BY_DEFAULT))),
     Change("vllm.cache_config.kv_cache_layout_resolution", "0.29.0", BOTH,
            "the KV cache layout is resolved once by EngineCore; CacheConfig.get_resolved_kv_cache_layout raises before",
            (Evidence("vllm/config/cache.py", r"def get_resolved_kv_cache_layout\("),),
@@ -359,6 +367,8 @@ def _shows(archive: Path, evidence: Evidence) -> bool:
 POINTS = [(c.patch, c.release, c.vllm) for c in CHANGES]
 POINTS += [(f"{c.patch} (opt-in)", *c.reachable) for c in CHANGES if c.reachable]
 POINTS += [("VLLM_USE_V2_MODEL_RUNNER opt-out", *V2_OPT_OUT)]
+POINTS += [("Model Runner V2 default for every model", "0.29.0",
+            Evidence("vllm/config/vllm.py", r"_is_default_v2_model_runner_model\(\)", appears=False))]
 POINTS = [(name, release, (ev,) if isinstance(ev, Evidence) else ev) for name, release, ev in POINTS]
 POINTS += [(f"floor of speculators {variant}", release, ev) for variant, (release, ev, _why) in FLOORS.items()]
 
@@ -371,6 +381,14 @@ def test_change_point_evidence(name, release, evidence):
     for ev in evidence:
         assert _shows(old, ev) != ev.appears, f"{before} {ev.file} already shows {ev.pattern!r}"
         assert _shows(new, ev) == ev.appears, f"{release} {ev.file} does not show {ev.pattern!r}"
+
+
+@pytest.mark.parametrize("change", CHANGES, ids=lambda c: c.patch)
+def test_no_change_was_undone(change):
+    """The newest release still has every change, so the table needs no end release."""
+    newest = _vllm_wheel(RELEASES[-1])
+    for ev in change.latest or change.vllm:
+        assert _shows(newest, ev) == ev.appears, f"{RELEASES[-1]} {ev.file}: {ev.pattern!r} appears={not ev.appears}"
 
 
 @pytest.mark.parametrize("change", CHANGES, ids=lambda c: c.patch)
