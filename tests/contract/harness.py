@@ -227,6 +227,8 @@ def worker_facts(worker) -> dict:
         "pipeline_parallel_size": config.parallel_config.pipeline_parallel_size,
         "model_class": type(model).__name__,
         "supports_eagle3": eagle3,
+        # a spawned child imports the parent's main module as __mp_main__; a forked one shares __main__
+        "spawned": sys.modules["__main__"].__name__ == "__mp_main__",
     }
 
 
@@ -238,6 +240,7 @@ def observe_reasons(gen) -> dict:
     return {
         "workers": replies if isinstance(replies, list) else [replies],
         "parent_async_scheduling": gen.vllm_config.scheduler_config.async_scheduling,
+        "worker_multiproc_method": os.environ.get("VLLM_WORKER_MULTIPROC_METHOD"),  # what vLLM's executor read
         "generator_has_pipeline_parallel_size": "pipeline_parallel_size" in _inspect.signature(type(gen).__init__).parameters,
     }
 

@@ -45,6 +45,11 @@ def _single_pipeline_stage(run) -> bool:
         w["pipeline_parallel_size"] == 1 for w in _workers(run))
 
 
+def _workers_spawned(run) -> bool:
+    """vLLM's CPU platform chose spawn itself, and the workers really are spawned children."""
+    return run["runtime"]["worker_multiproc_method"] == "spawn" and all(w["spawned"] for w in _workers(run))
+
+
 # Patches whose bug cannot show on this machine.  They are left out together in one
 # run, which must still match HF; its live engine and workers must show the reason.
 UNOBSERVABLE_ON_CPU = {
@@ -54,6 +59,8 @@ UNOBSERVABLE_ON_CPU = {
         "Model Runner V2 requires Triton, which this CPU lane lacks: the workers run V1", _v1_runner),
     "speculators.worker.pipeline_parallel_captures": (
         "the generator exposes no pipeline_parallel_size: one stage, nothing to lose", _single_pipeline_stage),
+    "platform.workers_spawned_after_cuda_touch": (
+        "vLLM's CPU platform spawns its workers itself; only a fork after touching CUDA breaks", _workers_spawned),
     "speculators.worker.language_model_wrappers": (
         "the tiny Llama implements SupportsEagle3; the gate only bites wrapper models (Kimi-K2.5)",
         _supports_eagle3),
