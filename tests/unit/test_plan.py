@@ -154,7 +154,17 @@ FLOORS = {
 }
 
 # Speculators' own bugs: needed on every vLLM the generator runs on (no vLLM change point).
-ALWAYS = {"platform.block_size_and_kv_memory", "speculators.generator.settable_dtype"}
+ALWAYS = {"platform.block_size_and_kv_memory", "speculators.generator.settable_dtype",
+          "platform.workers_spawned_after_cuda_touch"}
+#: vLLM facts behind an ALWAYS patch, true from before the oldest floor (0.11.0) to the newest release:
+#: workers fork by default, and vLLM switches to spawn only when CUDA is already initialised.
+STEADY = {
+    "platform.workers_spawned_after_cuda_touch": (
+        Evidence("vllm/envs.py", r'"VLLM_WORKER_MULTIPROC_METHOD",\s*"fork"'),
+        Evidence("vllm/utils/system_utils.py|vllm/utils/__init__.py",
+                 r"def _maybe_force_spawn\(\):(?:\n(?:    .*|))*?\n    if cuda_is_initialized\(\):"),
+    ),
+}
 OWN_BUGS = {
     "0.3.0": ALWAYS | {"speculators.worker.language_model_wrappers", "speculators.generator.no_chunked_prefill"},
     "0.4.x": ALWAYS | {"speculators.generator.results_in_input_order", "speculators.generator.release_finished_prefills",
@@ -389,6 +399,16 @@ def test_no_change_was_undone(change):
     newest = _vllm_wheel(RELEASES[-1])
     for ev in change.latest or change.vllm:
         assert _shows(newest, ev) == ev.appears, f"{RELEASES[-1]} {ev.file}: {ev.pattern!r} appears={not ev.appears}"
+
+
+@pytest.mark.parametrize("patch", STEADY)
+def test_steady_facts(patch):
+    """An ALWAYS patch's vLLM facts hold on the oldest floor and the newest release."""
+    for release in (FLOORS["0.3.0"][0], RELEASES[-1]):
+        archive = _vllm_wheel(release)
+        for ev in STEADY[patch]:
+            found = any(re.search(ev.pattern, _text(archive, f)) for f in ev.file.split("|"))
+            assert found == ev.appears, f"{release} {ev.file}: {ev.pattern!r}"
 
 
 @pytest.mark.parametrize("change", CHANGES, ids=lambda c: c.patch)
