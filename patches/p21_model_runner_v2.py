@@ -15,8 +15,11 @@ PATCH = Patch(
         "assumes it unset."
     ),
     how=(
-        "Use input_batch when the runner has one; otherwise order the step as V2 does, with its own "
-        "sort_batch_req_ids (decode-like requests first)."
+        "Use input_batch when the runner has one; otherwise order the step as V2 does: with its own "
+        "sort_batch_req_ids (decode-like requests first) from 0.28, and before that as 0.12-0.27's "
+        "V2 runner does inline, sorted(num_tokens_per_req, key=num_tokens_per_req.get). On an H200 with "
+        "vLLM 0.20 the 0.28-only import failed (ImportError: cannot import name 'sort_batch_req_ids'), "
+        "docs/gpu/README.md."
     ),
     upstream=(
         "vllm-project/vllm v0.12.0 (v1/worker/gpu/model_runner.py, VLLM_USE_V2_MODEL_RUNNER); "
@@ -27,7 +30,7 @@ PATCH = Patch(
     # coarse lower bound: the V2 runner and its opt-in first shipped in 0.12.0 (not in 0.11.x)
     versions={"vllm": ">=0.11.0.dev0", "speculators": SPECULATORS},
     requires={"runner.v2_selected": tuple(v + s for v in V2_RUNS for s in ("", ASSUMED_UNSET))},
-    symptom="object has no attribute 'input_batch'",
+    symptom="AttributeError: 'GPUModelRunner' object has no attribute 'input_batch'",
     edits={
         V04X: {
             WORKER: (
@@ -45,11 +48,14 @@ PATCH = Patch(
                     "                    key=lambda item: input_batch.req_id_to_index.get(item[0], float(\"inf\")),\n"
                     "                )\n"
                     "            else:\n"
-                    "                from vllm.v1.worker.gpu.model_runner import sort_batch_req_ids\n"
-                    "\n"
-                    "                order = sort_batch_req_ids(\n"
-                    "                    dict(metadata), {}, getattr(self.model_runner, \"decode_query_len\", 1)\n"
-                    "                )\n"
+                    "                try:\n"
+                    "                    from vllm.v1.worker.gpu.model_runner import sort_batch_req_ids\n"
+                    "                except ImportError:  # vLLM < 0.28: V2 orders a step by scheduled tokens only\n"
+                    "                    order = sorted(metadata, key=metadata.get)\n"
+                    "                else:\n"
+                    "                    order = sort_batch_req_ids(\n"
+                    "                        dict(metadata), {}, getattr(self.model_runner, \"decode_query_len\", 1)\n"
+                    "                    )\n"
                     "                sorted_metadata = [(r, metadata[r]) for r in order]\n",
                 ),
             )
