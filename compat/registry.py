@@ -93,12 +93,12 @@ def judge(patch: Patch, surface: Surface) -> Decision:
     variant = surface.value(patch.variant_probe)
     if isinstance(variant, Unknown):
         return Decision(patch, "unknown-surface", f"{patch.variant_probe}: {variant.reason}")
+    if variant not in patch.edits:  # before the probes: an unreadable probe cannot matter to this generator
+        return Decision(patch, "not-needed", f"{patch.variant_probe}={variant} has no such bug", variant)
     unknown = {n: surface.value(n) for n in patch.requires if isinstance(surface.value(n), Unknown)}
     if unknown:
         detail = "; ".join(f"{n}: {u.reason}" for n, u in unknown.items())
         return Decision(patch, "unknown-surface", detail, variant)
-    if variant not in patch.edits:
-        return Decision(patch, "not-needed", f"{patch.variant_probe}={variant} has no such bug", variant)
     for name, accepted in patch.requires.items():
         value = surface.value(name)
         if value not in accepted:

@@ -80,7 +80,10 @@ def test_every_unknown_a_patch_depends_on_is_reported(changes, removed, renamed)
             continue
         deps = [patch.variant_probe, *patch.requires]
         unknown = [n for n in deps if n not in surface.values or isinstance(surface.values[n], Unknown)]
-        if unknown:
+        variant = surface.values.get(patch.variant_probe)
+        if patch.variant_probe not in unknown and variant not in patch.edits:
+            assert decision.verdict == "not-needed", (patch.id, variant, decision.verdict)
+        elif unknown:
             assert decision.verdict == "unknown-surface", (patch.id, unknown, decision.verdict)
             if patch.variant_probe not in unknown:
                 assert all(n in decision.reason for n in unknown)
@@ -95,3 +98,17 @@ def test_prefilter_uses_prereleases():
     surface.values["speculators.generator"] = "0.4.x"
     assert judge(layout, surface).verdict == "needed"
     assert judge(layout, _base("0.27.1")).verdict == "out-of-range"  # prefilter >=0.28.0.dev0 (coarse: nightlies)
+
+
+def test_an_unreadable_probe_does_not_block_a_generator_the_patch_never_touches():
+    """Model Runner V2 only matters to speculators 0.4.x: a 0.3.0 plan must not turn UNKNOWN over it."""
+    surface = Surface.from_json(json.loads((SURFACES_DIR / "vllm-0.32.0.json").read_text()))
+    surface.packages["speculators"] = {"version": "0.3.0"}
+    surface.values["speculators.generator"] = "0.3.0"
+    surface.values["runner.v2_selected"] = Unknown("unreadable")
+    v2 = next(p for p in PATCHES if p.id == "vllm.runner.v2_has_no_input_batch")
+    assert "0.3.0" not in v2.edits  # upstream fact: speculators 0.3.0 never reads model_runner.input_batch
+    assert judge(v2, surface).verdict == "not-needed"
+    surface.packages["speculators"] = {"version": "0.4.0.1"}
+    surface.values["speculators.generator"] = "0.4.x"
+    assert judge(v2, surface).verdict == "unknown-surface"
