@@ -22,6 +22,15 @@ steps left a prompt unfinished (chunked) instead of assuming it.
 
 vLLM's and its workers' log goes to a file (path printed first, written as it
 happens, kept when the run is killed); ``--verbose`` also streams it.
+
+A worker that dies ends the run within about a second: confirm names it
+(name, pid, exit code), shows the last error lines of that log, writes the
+report with verdict ERROR and exits 1, instead of waiting on a reply that
+never comes.  Engine shutdown is bounded too; what outlives it is killed.
+
+Exit codes: 0 every layer equals HF (verdict OK); 1 a layer differs (WRONG)
+or the run failed (ERROR: an exception, an RPC that raised, a worker that
+died); 2 bad arguments or an unreadable checkpoint.
 """
 
 from __future__ import annotations
@@ -30,7 +39,9 @@ import argparse
 import gc
 import inspect
 import json
+import multiprocessing
 import os
+import signal
 import sys
 import threading
 import time
@@ -46,6 +57,11 @@ CALLS = (1, 11, 33, 11)
 #: Per layer: max|diff| / mean|h_ref|.  float32 vLLM vs HF stays near 1e-5 here; bf16 is near 1e-1.
 RTOL = 1e-3
 TOLERANCE_RULE = f"per layer max|diff| / mean|h_ref| <= {RTOL:g}"
+#: How often the worker watch looks, and how long engine shutdown may take before its processes are killed.
+WATCH_INTERVAL_S = 0.25
+SHUTDOWN_S = 15.0
+#: Error lines of vLLM's log shown on the terminal when the run fails.
+SHOWN_LOG_LINES = 12
 
 
 def make_calls(sizes=CALLS, seed: int = 0, vocab: int = 512):
@@ -172,12 +188,20 @@ class EngineLog:
             os.close(read_end)
             os.close(self.echo_fd)
 
+    def restore(self) -> None:
+        """Point fds 1 and 2 back at the terminal; safe to call twice (the watch may do it first)."""
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        except (OSError, ValueError):
+            pass
+        saved, self.saved = self.saved, {}
+        for fd, dup in saved.items():
+            os.dup2(dup, fd)
+            os.close(dup)
+
     def __exit__(self, *exc):
-        sys.stdout.flush()
-        sys.stderr.flush()
-        for fd, saved in self.saved.items():
-            os.dup2(saved, fd)
-            os.close(saved)
+        self.restore()
         if self.thread is not None:
             self.thread.join(timeout=5)  # a lingering worker may keep the pipe open; the file has what came
         self.console.close()
@@ -199,6 +223,160 @@ def default_log_path() -> Path:
 def error_report(exc: BaseException) -> dict:
     text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
     return {"type": type(exc).__name__, "message": str(exc)[:2000], "traceback": text[-4000:]}
+
+
+# -- a worker that dies -------------------------------------------------------------
+
+
+class WorkerWatch:
+    """Notice within WATCH_INTERVAL_S when one of vLLM's worker processes dies.
+
+    vLLM's own monitor (MultiprocExecutor.start_worker_monitor, in 0.16 and
+    0.32 alike) logs the death, sets ``is_failed`` and shuts the executor down,
+    but a call already waiting for the workers' reply is not woken: on an H200
+    confirm waited until it was killed.  vLLM starts its workers as
+    multiprocessing processes named VllmWorker-<rank>, so this thread polls
+    ``multiprocessing.active_children()`` from before the engine is built (a
+    death during start-up counts too) and calls ``on_death(death)`` once, with
+    the dead worker's name, pid and exit code (negative: the killing signal).
+    """
+
+    def __init__(self, on_death):
+        self.on_death, self.seen, self.death = on_death, {}, None
+        self.lock = threading.Lock()
+        self.stopping = threading.Event()
+        self.thread = threading.Thread(target=self._loop, daemon=True, name="confirm-worker-watch")
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop()
+        return False
+
+    def poll(self) -> dict | None:
+        """The first worker seen dead so far (None while all live)."""
+        with self.lock:
+            try:
+                for proc in multiprocessing.active_children():
+                    if proc.name.startswith("VllmWorker"):
+                        self.seen.setdefault(proc.pid, proc)
+            except (OSError, RuntimeError, ValueError):  # a child started or reaped under our feet
+                pass
+            if self.death is None:
+                dead = [(proc, proc.exitcode) for proc in self.seen.values() if proc.exitcode is not None]
+                # vLLM's own monitor may already be ending the others (exit 0, SIGTERM): name the first cause
+                dead.sort(key=lambda item: (item[1] == 0, item[1] == -signal.SIGTERM))
+                if dead:
+                    proc, code = dead[0]
+                    self.death = {"worker": proc.name, "pid": proc.pid, "exitcode": code, "signal": _signal_name(code)}
+            return self.death
+
+    def stop(self) -> dict | None:
+        """Stop watching (shutdown ends workers on purpose); the death seen up to now, if any."""
+        self.stopping.set()
+        if self.thread.is_alive() and self.thread is not threading.current_thread():
+            self.thread.join(timeout=5)
+        return self.poll()
+
+    def _loop(self) -> None:
+        while not self.stopping.wait(WATCH_INTERVAL_S):
+            death = self.poll()
+            if death is not None and not self.stopping.is_set():
+                self.on_death(death)
+                return
+
+
+def _signal_name(code: int) -> str | None:
+    try:
+        return signal.Signals(-code).name if code < 0 else None
+    except ValueError:
+        return None
+
+
+def death_message(death: dict) -> str:
+    how = f"exit code {death['exitcode']}" + (f", killed by {death['signal']}" if death.get("signal") else "")
+    return f"vLLM worker {death['worker']} (pid {death['pid']}) died ({how})"
+
+
+def death_error(death: dict, cause: dict | None = None) -> dict:
+    error = {"type": "WorkerDied", "message": death_message(death), "traceback": ""}
+    if cause is not None and cause.get("type") != "KeyboardInterrupt":
+        error["cause"] = cause  # what vLLM raised in this process after the death
+    return error
+
+
+def engine_processes() -> list:
+    """Every process below this one: vLLM's workers and whatever they started.
+
+    multiprocessing's resource tracker is left alone: it ends by itself when
+    this process does, and unlinks the shared memory the dead engine left.
+    """
+    try:
+        import psutil  # vLLM's own dependency
+
+        procs = []
+        for proc in psutil.Process().children(recursive=True):
+            try:
+                if "resource_tracker" not in " ".join(proc.cmdline()):
+                    procs.append(proc)
+            except psutil.Error:  # gone already
+                pass
+        return procs
+    except Exception:  # noqa: BLE001 - no psutil: the multiprocessing children are what we know
+        return multiprocessing.active_children()
+
+
+def _alive(proc) -> bool:
+    """Without reaping it: multiprocessing must still see its own children's exit codes."""
+    try:
+        if hasattr(proc, "status"):
+            import psutil
+
+            return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
+        return proc.is_alive()
+    except Exception:  # noqa: BLE001 - gone
+        return False
+
+
+def kill_engine_processes(grace_s: float = 2.0) -> list[int]:
+    """SIGTERM every process below this one, SIGKILL what is left after ``grace_s``; their pids."""
+    procs = engine_processes()
+    for proc in procs:
+        try:
+            proc.terminate()
+        except Exception:  # noqa: BLE001 - gone already
+            pass
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline and any(_alive(proc) for proc in procs):
+        time.sleep(0.05)
+    for proc in procs:
+        if _alive(proc):
+            try:
+                proc.kill()
+            except Exception:  # noqa: BLE001
+                pass
+    return [proc.pid for proc in procs]
+
+
+def bounded_shutdown(executor, limit_s: float = SHUTDOWN_S) -> bool:
+    """``executor.shutdown()`` in a helper thread; past ``limit_s`` kill the engine's processes. True if clean."""
+    done = threading.Event()
+
+    def shut():
+        try:
+            executor.shutdown()
+        except Exception:  # noqa: BLE001 - a failed shutdown still ends in the kill below
+            pass
+        finally:
+            done.set()
+
+    threading.Thread(target=shut, daemon=True, name="confirm-shutdown").start()
+    clean = done.wait(limit_s)
+    if not clean:
+        kill_engine_processes()
+    return clean
 
 
 # -- the scheduler, observed ------------------------------------------------------
@@ -245,26 +423,52 @@ class StepRecorder:
 
 
 def run_generator(gen_module, model, calls, reference, layers, max_batched=None, after=None, dtype="float32",
-                  progress=None, log_path=None, verbose=False):
-    """Construct the generator, run every call, compare with HF; never raises.
+                  progress=None, log_path=None, verbose=False, on_death=None):
+    """Construct the generator, run every call, compare with HF; never raises, never waits on a dead worker.
 
     ``after(gen)`` may observe the live engine before it is shut down;
     ``progress(text)`` gets the kit's own lines while vLLM's output is in the log.
+    ``on_death(doc)`` is called from the watch thread when a worker dies, with
+    the report so far (error WorkerDied, fds back on the terminal) and must end
+    the process (``run`` reports and exits); without it the main thread is
+    interrupted and the death is reported when it returns.
     """
     log_path = Path(log_path) if log_path else default_log_path()
+    out = {"ok": False, "stage": "init", "calls": [], "error": None, "dtype": dtype}
     with EngineLog(log_path, echo=verbose) as log:
         say = progress or (lambda text, stream=None: None)
-        out = _run(gen_module, model, calls, reference, layers, max_batched, after, dtype,
-                   lambda text: say(text, log.console))
+
+        def died(death: dict) -> None:
+            if on_death is None:
+                import _thread
+
+                _thread.interrupt_main()  # KeyboardInterrupt in _run; its finally reads the death
+                return
+            doc = {"ok": False, "stage": out["stage"], "calls": [], "worker_death": death,
+                   "error": death_error(death), "log": str(log_path)}
+            try:
+                log.restore()
+                doc.update({**out, **doc, "calls": list(out["calls"]), "worker_log": error_lines(log.text())})
+            finally:
+                on_death(doc)
+
+        with WorkerWatch(died) as watch:
+            _run(out, watch, gen_module, model, calls, reference, layers, max_batched, after, dtype,
+                 lambda text: say(text, log.console))
     out["log"] = str(log_path)
     if out["error"] is not None:
-        lines = [line for line in log.text().splitlines() if "rror" in line or "Exception" in line]
-        out["worker_log"] = "\n".join(lines[-60:])[-8000:]
+        out["worker_log"] = error_lines(log.text())
+        out["killed_after_error"] = kill_engine_processes()  # nothing of a failed engine outlives the run
     return out
 
 
-def _run(gen_module, model, calls, reference, layers, max_batched, after, dtype, say):
-    out = {"ok": False, "stage": "init", "calls": [], "error": None, "dtype": dtype}
+def error_lines(text: str) -> str:
+    """The last lines of vLLM's log that mention an error: what the workers said before the end."""
+    lines = [line for line in text.splitlines() if "rror" in line or "Exception" in line or "died" in line]
+    return "\n".join(lines[-60:])[-8000:]
+
+
+def _run(out, watch, gen_module, model, calls, reference, layers, max_batched, after, dtype, say):
     gen = None
     started = time.monotonic()
     try:
@@ -303,11 +507,11 @@ def _run(gen_module, model, calls, reference, layers, max_batched, after, dtype,
     except BaseException as exc:  # noqa: BLE001 - the report carries it
         out["error"] = error_report(exc)
     finally:
+        death = watch.stop()  # before shutdown: shutdown ends the workers on purpose
+        if death is not None:
+            out["ok"], out["worker_death"], out["error"] = False, death, death_error(death, out["error"])
         if gen is not None and getattr(gen, "executor", None) is not None:
-            try:
-                gen.executor.shutdown()
-            except Exception:  # noqa: BLE001
-                pass
+            out["shutdown_clean"] = bounded_shutdown(gen.executor)
         del gen
         gc.collect()
     out["seconds"] = round(time.monotonic() - started, 2)
@@ -372,6 +576,22 @@ def run(args) -> int:
         reference = hf_reference(args.model, [p for c in calls for p in c], layers)
     import importlib
 
+    report = Report(args, layers)
+
+    def on_death(doc: dict) -> None:
+        """From the watch thread: report the dead worker, kill the rest of the engine, end the process."""
+        code = PATCH_PROBLEM
+        try:
+            code = report.emit(doc)
+            kill_engine_processes()
+        finally:
+            for stream in (sys.stdout, sys.stderr):
+                try:
+                    stream.flush()
+                except (OSError, ValueError):
+                    pass
+            os._exit(code)  # the main thread may be stuck in vLLM: it cannot be asked to return
+
     try:
         with EngineLog(log_path, echo=args.verbose):
             module = importlib.import_module(GEN_MOD)
@@ -379,26 +599,48 @@ def run(args) -> int:
         doc = {"ok": False, "stage": "import", "calls": [], "error": error_report(exc), "log": str(log_path)}
     else:
         doc = run_generator(module, args.model, calls, reference, layers, args.max_batched_tokens,
-                            progress=say, log_path=log_path, verbose=args.verbose)
-    doc.update(layers=layers, tolerance=TOLERANCE_RULE, rtol=RTOL)
-    if args.json:
-        print(json.dumps(doc, indent=2, default=str))
-    else:
-        print("\n".join(render(doc)))
-    if args.json_file:
-        try:
-            Path(args.json_file).write_text(json.dumps(doc, indent=2, default=str))
-        except OSError as exc:
-            print(f"confirm: cannot write {args.json_file}: {exc}", file=sys.stderr)
-            return ENVIRONMENT
-    return OK if doc["ok"] else PATCH_PROBLEM
+                            progress=say, log_path=log_path, verbose=args.verbose, on_death=on_death)
+    return report.emit(doc)
+
+
+class Report:
+    """Print and write the one report of a run, whichever thread gets there first (the other waits for exit)."""
+
+    def __init__(self, args, layers):
+        self.args, self.layers, self.once = args, layers, threading.Lock()
+
+    def emit(self, doc: dict) -> int:
+        self.once.acquire()  # never released: a second report would contradict the first
+        doc.update(layers=self.layers, tolerance=TOLERANCE_RULE, rtol=RTOL)
+        doc["verdict"] = "ERROR" if doc.get("error") else "OK" if doc["ok"] else "WRONG"
+        if self.args.json:
+            print(json.dumps(doc, indent=2, default=str), flush=True)
+        else:
+            print("\n".join(render(doc)), flush=True)
+        if doc.get("error") and self.args.json:  # the table says it already
+            print(f"confirm: ERROR at {doc['stage']}: {doc['error']['message'][:300]} (exit {PATCH_PROBLEM})",
+                  file=sys.stderr, flush=True)
+        if self.args.json_file:
+            try:
+                Path(self.args.json_file).write_text(json.dumps(doc, indent=2, default=str))
+            except OSError as exc:
+                print(f"confirm: cannot write {self.args.json_file}: {exc}", file=sys.stderr, flush=True)
+                return ENVIRONMENT
+        return OK if doc["verdict"] == "OK" else PATCH_PROBLEM
 
 
 def render(doc: dict) -> list[str]:
     """The table people read: one row per call, then every layer's worst error."""
     if doc["error"]:
-        return [f"confirm: FAILED at {doc['stage']}: {doc['error']['type']}: {doc['error']['message'][:300]}",
-                f"confirm: vLLM's log: {doc['log']}"]
+        lines = [f"confirm: ERROR at {doc['stage']}: {doc['error']['type']}: {doc['error']['message'][:300]}"]
+        cause = doc["error"].get("cause")
+        if cause:
+            lines.append(f"confirm: then vLLM raised {cause['type']}: {cause['message'][:300]}")
+        shown = [line for line in (doc.get("worker_log") or "").splitlines() if line.strip()][-SHOWN_LOG_LINES:]
+        if shown:
+            lines.append("confirm: last error lines of vLLM's log:")
+            lines.extend("  " + line[:300] for line in shown)
+        return lines + [f"confirm: vLLM's log: {doc['log']}"]
     lines = [f"confirm: engine start {doc['engine_start_s']} s, block_size {doc['block_size']} (from the platform), "
              f"max_num_batched_tokens {doc['scheduler']['max_num_batched_tokens']}",
              "  seqs per call  seconds  chunked prefill steps  max|diff|  max rel diff  problems"]
