@@ -57,17 +57,23 @@ def _chain(reader: Reader, files, cls_name: str):
     return Unknown(f"class {cls_name} not found in {', '.join(_as_tuple(files))}")
 
 
-def _method(reader: Reader, files, cls_name: str, method: str):
-    """(relpath, function) of ``cls_name.method``; None if certainly absent; or Unknown."""
+def _member(reader: Reader, files, cls_name: str, name: str, kind: str):
+    """(relpath, node) of ``cls_name.name`` (``kind``: "method" or "annotated", a ClassChain lookup),
+    searching bases; None if certainly absent; or Unknown when an unread base may define it."""
     chain = _chain(reader, files, cls_name)
     if isinstance(chain, Unknown):
         return chain
-    hit = chain.method(method)
+    hit = getattr(chain, kind)(name)
     if hit is not None:
         return hit[0], hit[2]
     if not chain.complete:
-        return Unknown(f"{cls_name}.{method} not found; it may come from {', '.join(chain.unread)}")
+        return Unknown(f"{cls_name}.{name} not found; it may come from {', '.join(chain.unread)}")
     return None
+
+
+def _method(reader: Reader, files, cls_name: str, method: str):
+    """(relpath, function) of ``cls_name.method``; None if certainly absent; or Unknown."""
+    return _member(reader, files, cls_name, method, "method")
 
 
 def _owner_line(reader: Reader, files, cls_name: str):
@@ -113,15 +119,7 @@ def _init_argument(reader: Reader, files, cls_name: str, arg: str):
 
 def _field(reader: Reader, files, cls_name: str, name: str):
     """(relpath, AnnAssign) of a dataclass field, searching bases; None if certainly absent; or Unknown."""
-    chain = _chain(reader, files, cls_name)
-    if isinstance(chain, Unknown):
-        return chain
-    hit = chain.annotated(name)
-    if hit is not None:
-        return hit[0], hit[2]
-    if not chain.complete:
-        return Unknown(f"{cls_name}.{name} not found; it may come from {', '.join(chain.unread)}")
-    return None
+    return _member(reader, files, cls_name, name, "annotated")
 
 
 def _field_default(reader: Reader, files, cls_name: str, name: str):
