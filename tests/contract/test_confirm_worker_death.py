@@ -109,3 +109,57 @@ def test_confirm_exits_fast_with_a_verdict_when_a_worker_is_killed(patched, tmp_
     left = [p.pid for p in everyone if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
     assert not left, f"processes of the engine still alive after confirm exited: {left}"
     print(f"worker {victim.pid} killed -> confirm exited {code} after {took:.1f} s")
+
+
+#: Runs in its own process: a worker killed while the main thread is busy outside vLLM (in ``after``), so vLLM's
+#: own monitor has no waiting call to cancel; only confirm's watch can end the run.
+BUSY_ELSEWHERE = r"""
+import json, os, sys, time
+import psutil
+from compat import confirm
+
+model, doc_path, mark_path = sys.argv[1:4]
+layers = list(range(confirm.num_layers(model)))
+calls = confirm.make_calls((1,))
+reference = confirm.hf_reference(model, [p for c in calls for p in c], layers)
+module = __import__(confirm.GEN_MOD, fromlist=["_"])
+
+def after(gen):
+    victim = gen.executor.workers[0].proc
+    with open(mark_path, "w") as handle:
+        json.dump({"pid": victim.pid, "killed_at": time.time()}, handle)
+    psutil.Process(victim.pid).kill()
+    time.sleep(600)  # busy elsewhere: the old confirm waits all of it
+
+def on_death(doc):
+    with open(doc_path, "w") as handle:
+        json.dump(doc, handle, default=str)
+    os._exit(1)
+
+out = confirm.run_generator(module, model, calls, reference, layers, 96, after=after, on_death=on_death)
+print("RETURNED", json.dumps(out.get("error"), default=str))
+sys.exit(3)
+"""
+
+
+def test_the_watch_ends_a_run_whose_main_thread_is_not_waiting_on_vllm(patched, tmp_path):
+    doc_path, mark = tmp_path / "doc.json", tmp_path / "killed.json"
+    proc = subprocess.Popen([sys.executable, "-c", BUSY_ELSEWHERE, patched, str(doc_path), str(mark)],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd="/")
+    try:
+        out, _ = proc.communicate(timeout=600)
+    except subprocess.TimeoutExpired:
+        _kill_tree(proc.pid)
+        proc.communicate(timeout=30)
+        pytest.fail("the run did not end after its worker was killed (hang)")
+    ended = time.time()
+    assert mark.exists(), f"the engine never ran the after hook ({proc.returncode}):\n{out[-3000:]}"
+    killed = json.loads(mark.read_text())
+    took = ended - killed["killed_at"]
+    assert proc.returncode == 1 and doc_path.exists(), f"exit {proc.returncode} after {took:.1f} s:\n{out[-3000:]}"
+    assert took < EXIT_WITHIN_S, took
+    doc = json.loads(doc_path.read_text())
+    assert doc["error"]["type"] == "WorkerDied" and doc["stage"] == "compared", doc["error"]
+    assert doc["worker_death"]["pid"] == killed["pid"] and doc["worker_death"]["exitcode"] == -signal.SIGKILL
+    assert not psutil.pid_exists(killed["pid"]) or psutil.Process(killed["pid"]).status() == psutil.STATUS_ZOMBIE
+    print(f"worker {killed['pid']} killed outside any RPC -> run ended after {took:.1f} s")
