@@ -30,7 +30,7 @@ never comes.  Engine shutdown is bounded too; what outlives it is killed.
 
 Exit codes: 0 every layer equals HF (verdict OK); 1 a layer differs (WRONG)
 or the run failed (ERROR: an exception, an RPC that raised, a worker that
-died); 2 bad arguments or an unreadable checkpoint.
+died); 2 bad arguments, an unreadable checkpoint or an unwritable --json-file.
 """
 
 from __future__ import annotations
@@ -57,6 +57,9 @@ CALLS = (1, 11, 33, 11)
 #: Per layer: max|diff| / mean|h_ref|.  float32 vLLM vs HF stays near 1e-5 here; bf16 is near 1e-1.
 RTOL = 1e-3
 TOLERANCE_RULE = f"per layer max|diff| / mean|h_ref| <= {RTOL:g}"
+EXIT_CODES = ("Exit codes: 0 every layer equals HF (OK); 1 a layer differs (WRONG) or the run failed (ERROR: an "
+              "exception, an RPC that raised, a worker that died: confirm ends within seconds of the death); "
+              "2 bad arguments, an unreadable checkpoint or an unwritable --json-file.")
 #: How often the worker watch looks, and how long engine shutdown may take before its processes are killed.
 WATCH_INTERVAL_S = 0.25
 SHUTDOWN_S = 15.0
@@ -539,7 +542,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "(default: a new file under the cache directory's logs/)")
     parser.add_argument("--verbose", action="store_true", help="also stream vLLM's output to the terminal")
     parser.add_argument("--json", action="store_true", help="print the JSON document to stdout instead of the table")
-    parser.add_argument("--json-file", metavar="PATH", help="also write the JSON document to PATH")
+    parser.add_argument("--json-file", metavar="PATH", help="also write the JSON document to PATH (its verdict: OK, "
+                        "WRONG or ERROR; written on a dead worker too). " + EXIT_CODES)
 
 
 def run(args) -> int:
@@ -661,7 +665,7 @@ def render(doc: dict) -> list[str]:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="compat confirm", description=DESCRIPTION)
+    parser = argparse.ArgumentParser(prog="compat confirm", description=DESCRIPTION, epilog=EXIT_CODES)
     add_arguments(parser)
     return run(parser.parse_args(argv))
 
