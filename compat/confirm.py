@@ -583,18 +583,7 @@ def run(args) -> int:
     report = Report(args, layers)
 
     def on_death(doc: dict) -> None:
-        """From the watch thread: report the dead worker, kill the rest of the engine, end the process."""
-        code = PATCH_PROBLEM
-        try:
-            code = report.emit(doc)
-            kill_engine_processes()
-        finally:
-            for stream in (sys.stdout, sys.stderr):
-                try:
-                    stream.flush()
-                except (OSError, ValueError):
-                    pass
-            os._exit(code)  # the main thread may be stuck in vLLM: it cannot be asked to return
+        abort_run(report, doc)
 
     try:
         with EngineLog(log_path, echo=args.verbose):
@@ -605,6 +594,25 @@ def run(args) -> int:
         doc = run_generator(module, args.model, calls, reference, layers, args.max_batched_tokens,
                             progress=say, log_path=log_path, verbose=args.verbose, on_death=on_death)
     return report.emit(doc)
+
+
+def abort_run(report: "Report", doc: dict) -> None:
+    """From the watch thread: report the dead worker, kill the rest of the engine, end the process.
+
+    The main thread may be stuck in vLLM and cannot be asked to return, so this
+    never returns: the report is written first, then ``os._exit``.
+    """
+    code = PATCH_PROBLEM
+    try:
+        code = report.emit(doc)
+        kill_engine_processes()
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):
+                pass
+        os._exit(code)
 
 
 class Report:

@@ -118,7 +118,7 @@ import json, os, sys, time
 import psutil
 from compat import confirm
 
-model, doc_path, mark_path = sys.argv[1:4]
+model, doc_path, mark_path, log_path = sys.argv[1:5]
 layers = list(range(confirm.num_layers(model)))
 calls = confirm.make_calls((1,))
 reference = confirm.hf_reference(model, [p for c in calls for p in c], layers)
@@ -131,20 +131,20 @@ def after(gen):
     psutil.Process(victim.pid).kill()
     time.sleep(600)  # busy elsewhere: the old confirm waits all of it
 
-def on_death(doc):
-    with open(doc_path, "w") as handle:
-        json.dump(doc, handle, default=str)
-    os._exit(1)
+import argparse
+report = confirm.Report(argparse.Namespace(json=False, json_file=doc_path), layers)
+on_death = lambda doc: confirm.abort_run(report, doc)  # what `compat confirm` does on a death
 
-out = confirm.run_generator(module, model, calls, reference, layers, 96, after=after, on_death=on_death)
+out = confirm.run_generator(module, model, calls, reference, layers, 96, after=after, log_path=log_path,
+                            on_death=on_death)
 print("RETURNED", json.dumps(out.get("error"), default=str))
 sys.exit(3)
 """
 
 
 def test_the_watch_ends_a_run_whose_main_thread_is_not_waiting_on_vllm(patched, tmp_path):
-    doc_path, mark = tmp_path / "doc.json", tmp_path / "killed.json"
-    proc = subprocess.Popen([sys.executable, "-c", BUSY_ELSEWHERE, patched, str(doc_path), str(mark)],
+    doc_path, mark, log = tmp_path / "doc.json", tmp_path / "killed.json", tmp_path / "vllm.log"
+    proc = subprocess.Popen([sys.executable, "-c", BUSY_ELSEWHERE, patched, str(doc_path), str(mark), str(log)],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd="/")
     try:
         out, _ = proc.communicate(timeout=600)
@@ -159,7 +159,10 @@ def test_the_watch_ends_a_run_whose_main_thread_is_not_waiting_on_vllm(patched, 
     assert proc.returncode == 1 and doc_path.exists(), f"exit {proc.returncode} after {took:.1f} s:\n{out[-3000:]}"
     assert took < EXIT_WITHIN_S, took
     doc = json.loads(doc_path.read_text())
-    assert doc["error"]["type"] == "WorkerDied" and doc["stage"] == "compared", doc["error"]
+    assert doc["verdict"] == "ERROR" and doc["error"]["type"] == "WorkerDied" and doc["stage"] == "compared"
+    said = [line for line in out.splitlines() if line.startswith("confirm: ERROR")]
+    assert said and f"pid {killed['pid']}" in said[0] and "SIGKILL" in said[0], out[-3000:]
     assert doc["worker_death"]["pid"] == killed["pid"] and doc["worker_death"]["exitcode"] == -signal.SIGKILL
+    assert log.exists() and "vllm" in log.read_text().lower()
     assert not psutil.pid_exists(killed["pid"]) or psutil.Process(killed["pid"]).status() == psutil.STATUS_ZOMBIE
     print(f"worker {killed['pid']} killed outside any RPC -> run ended after {took:.1f} s")
