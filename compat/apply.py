@@ -38,6 +38,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--exclude", action="append", default=[], metavar="ID",
                         help="leave the patch with this id out (repeatable)")
     parser.add_argument("--force", action="store_true", help="with --revert: restore even drifted files")
+    parser.add_argument("--brief", action="store_true",
+                        help="list only patches with something to do or on disk (JSON still lists all)")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -111,7 +113,7 @@ def _decide(args) -> int:
     decisions = list(verdicts.exclude(decisions, args.exclude))
     outcome = run_targets(mode, decisions, surface.fingerprint())
     code = report.exit_code(outcome.decisions, outcome.problems)
-    lines = [*report.header(surface), *report.table(outcome.decisions)]
+    lines = [*report.header(surface), *report.table(outcome.decisions, brief=args.brief)]
     lines += [f"problem: {p}" for p in outcome.problems] + [f"note: {n}" for n in outcome.notes]
     if outcome.written:
         lines.append(f"wrote {len(outcome.written)} file(s): {', '.join(outcome.written)}")

@@ -48,12 +48,22 @@ def header(surface: "Surface") -> list[str]:
     return lines
 
 
-def table(decisions: Sequence[Decision]) -> list[str]:
-    """One line per patch: the verdict (what apply does now) and what is on disk."""
+QUIET = ("not-needed", "out-of-range")
+
+
+def table(decisions: Sequence[Decision], brief: bool = False) -> list[str]:
+    """One line per patch: the verdict (what apply does now) and what is on disk.
+
+    ``brief`` leaves out patches with nothing to do and nothing on disk (one line counts them),
+    so a screen shows what matters; the JSON document always lists every patch."""
+    shown = [d for d in decisions if not (brief and d.verdict in QUIET and d.on_disk in (None, "not applied"))]
     width = max((len(d.patch.id) for d in decisions), default=10)
     lines = [f"{'PATCH':{width}}  {'VERDICT':16} {'ON DISK':12} REASON"]
-    for d in decisions:
+    for d in shown:
         lines.append(f"{d.patch.id:{width}}  {d.verdict:16} {d.on_disk or '-':12} {d.reason}")
+    if len(shown) < len(decisions):
+        lines.append(f"({len(decisions) - len(shown)} patch(es) not needed here and not on disk are not listed; "
+                     f"drop --brief to see them)")
     return lines
 
 

@@ -286,3 +286,16 @@ def test_symlinked_generator_is_refused_and_the_link_kept(site, tmp_path):
     failed = [p for p in as_json(proc)["patches"] if p["verdict"] == "failed"]
     assert failed and all("symbolic link" in p["reason"] for p in failed)
     assert (site / GENERATOR).is_symlink() and (site / GENERATOR).read_bytes() == real.read_bytes()
+
+
+def test_brief_lists_only_what_matters_and_json_still_lists_every_patch(site):
+    """The demo's screen: --brief drops rows with nothing to do and nothing on disk, and counts them."""
+    full = cli(site, "--dry-run")
+    brief = cli(site, "--dry-run", "--brief")
+    doc = as_json(cli(site, "--dry-run", "--brief", "--json"))
+    assert full.returncode == brief.returncode == 0
+    quiet = [p["id"] for p in doc["patches"] if p["verdict"] in ("not-needed", "out-of-range")]
+    assert quiet and len(doc["patches"]) > len(quiet)  # speculators 0.4.0.1 on vLLM 0.32: both kinds exist
+    for patch in doc["patches"]:
+        assert (patch["id"] in full.stdout) and ((patch["id"] in brief.stdout) == (patch["id"] not in quiet))
+    assert f"{len(quiet)} patch(es) not needed here and not on disk are not listed" in brief.stdout
