@@ -62,6 +62,8 @@ EXIT_CODES = ("Exit codes: 0 every layer equals HF (OK); 1 a layer differs (WRON
               "2 bad arguments, an unreadable checkpoint or an unwritable --json-file.")
 #: How often the worker watch looks, and how long engine shutdown may take before its processes are killed.
 WATCH_INTERVAL_S = 0.25
+#: After a death, how long the main thread may take to fail by itself (vLLM's error text is the user's best clue).
+DEATH_GRACE_S = 10.0
 SHUTDOWN_S = 15.0
 #: Error lines of vLLM's log shown on the terminal when the run fails.
 SHOWN_LOG_LINES = 12
@@ -286,8 +288,11 @@ class WorkerWatch:
     def _loop(self) -> None:
         while not self.stopping.wait(WATCH_INTERVAL_S):
             death = self.poll()
-            if death is not None and not self.stopping.is_set():
-                self.on_death(death)
+            if death is not None:
+                # vLLM usually raises its own error (with the worker's message) within a second or two; let the
+                # main thread report that, and step in only when it stays stuck.
+                if not self.stopping.wait(DEATH_GRACE_S):
+                    self.on_death(death)
                 return
 
 
@@ -304,9 +309,13 @@ def death_message(death: dict) -> str:
 
 
 def death_error(death: dict, cause: dict | None = None) -> dict:
+    """The run's error: the dead worker, then what vLLM raised in this process after it (its message and traceback
+    are what a user, and the leave-one-out proofs, read for the upstream symptom)."""
     error = {"type": "WorkerDied", "message": death_message(death), "traceback": ""}
     if cause is not None and cause.get("type") != "KeyboardInterrupt":
-        error["cause"] = cause  # what vLLM raised in this process after the death
+        error["cause"] = cause
+        error["message"] += f"; then vLLM raised {cause['type']}: {cause['message']}"
+        error["traceback"] = cause.get("traceback", "")
     return error
 
 
