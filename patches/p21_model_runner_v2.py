@@ -25,7 +25,10 @@ PATCH = Patch(
         "vllm-project/vllm v0.12.0 (v1/worker/gpu/model_runner.py, VLLM_USE_V2_MODEL_RUNNER); "
         "v0.22-v0.29 (VllmConfig.use_v2_model_runner, Model Runner V2 default)"
     ),
-    removal="when speculators stops reading model_runner.input_batch. UNTESTED here: V2 needs Triton, absent on this CPU",
+    removal=(
+        "when speculators stops reading model_runner.input_batch. Not runnable on CPU (V2 needs Triton); "
+        "ran on an H200 with vLLM 0.20 and VLLM_USE_V2_MODEL_RUNNER=1 (docs/gpu, sets b and e)"
+    ),
     target="speculators",
     # coarse lower bound: the V2 runner and its opt-in first shipped in 0.12.0 (not in 0.11.x)
     versions={"vllm": ">=0.11.0.dev0", "speculators": SPECULATORS},
