@@ -168,12 +168,18 @@ def test_sigkill_during_a_re_plan_then_revert_restores_pristine(tmp_path):
     assert not (site / ".specdec-compat" / "big-1.0").exists()
 
 
-def test_read_only_modes_report_an_interrupted_run_and_change_nothing(tmp_path):
+def interrupted_re_plan(tmp_path) -> Path:
+    """A site where apply {x, y} was followed by apply {x}, killed half way through its y files."""
     site = tmp_path / "site"
     make_dist(site, "big", "1.0", pristine())
     apply(site, {"big.x", "big.y"})
     proc = _child(site, {"big.x"}, N + 1 + N // 2)  # N staged copies, the record, then half the y files
     assert proc.returncode == -signal.SIGKILL
+    return site
+
+
+def test_read_only_modes_report_an_interrupted_run_and_change_nothing(tmp_path):
+    site = interrupted_re_plan(tmp_path)
     before = _snapshot(site)
     assert _states(site, expected({"big.x", "big.y"}), expected({"big.x"})) == {"before", "after"}
     patcher = Patcher(open_target("big", site))

@@ -17,12 +17,7 @@ tmp_path = test_sigkill.tmp_path  # the tmpfs directory: these tests kill childr
 
 
 def _interrupted(tmp_path):
-    site = tmp_path / "site"
-    make_dist(site, "big", "1.0", pristine())
-    apply(site, {"big.x", "big.y"})
-    proc = _child(site, {"big.x"}, N + 1 + N // 2)  # N staged copies, the record, then half the y files
-    assert proc.returncode == -signal.SIGKILL
-    return site
+    return test_sigkill.interrupted_re_plan(tmp_path)
 
 
 def test_a_file_changed_after_the_crash_is_refused_not_overwritten(tmp_path):
