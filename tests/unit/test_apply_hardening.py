@@ -16,6 +16,7 @@ import pytest
 from compat.layout import GENERATOR, SPECULATORS_CONFIG, STATE_DIR, WORKER
 from fixtures.synthetic import install_pair
 from fixtures.wheels import wheel
+from tests.unit import other_user
 
 ROOT = Path(__file__).resolve().parents[2]
 LANE = ("0.32.0", "0.4.0.1", "5.19.0")  # the pinned lane: its patches edit the generator, the worker and config.py
@@ -202,29 +203,33 @@ def test_read_only_package_subdirectory_exits_2_and_changes_nothing(site):
 
 @pytest.fixture
 def shared_site(template):
-    """The site in a directory user nobody can traverse, with a probe cache it can write."""
+    """The site in a directory user nobody can read whatever root's umask, with a probe cache it can write."""
     with tempfile.TemporaryDirectory() as tmp:
-        os.chmod(tmp, 0o755)
         copy = Path(tmp) / "site"
         shutil.copytree(template, copy, symlinks=True)
-        (Path(tmp) / "cache").mkdir(mode=0o777)
+        other_user.make_readable(Path(tmp))
+        (Path(tmp) / "cache").mkdir()
         os.chmod(Path(tmp) / "cache", 0o777)
         yield copy
+
+
+def dry_run_as_nobody(site: Path) -> subprocess.CompletedProcess:
+    return other_user.run(site.parent, ["-m", "compat.apply", "--dry-run"], pythonpath=(site,),
+                          HOME=str(site.parent), SPECDEC_COMPAT_CACHE=str(site.parent / "cache"))
 
 
 @pytest.mark.skipif(os.geteuid() != 0 or shutil.which("setpriv") is None,
                     reason="needs root and setpriv to act as a second user (test_patcher covers the non-root case)")
 def test_another_user_can_dry_run_after_root_applied_and_unreadable_state_is_not_corrupt(shared_site):
-    nobody = ("setpriv", "--reuid=65534", "--regid=65534", "--clear-groups")
     assert cli(shared_site).returncode == 0
-    dry = cli(shared_site, "--dry-run", prefix=nobody, HOME=str(shared_site.parent))
+    dry = dry_run_as_nobody(shared_site)
     no_traceback(dry)
     assert "corrupt" not in dry.stdout + dry.stderr
     assert "already-applied" in dry.stdout, dry.stdout + dry.stderr
     assert "apply would refuse" in dry.stdout  # nobody cannot write the site, and is told so
     manifest = next((shared_site / STATE_DIR).glob("speculators-*/manifest.json"))
     os.chmod(manifest, 0o600)
-    unreadable = cli(shared_site, "--dry-run", prefix=nobody, HOME=str(shared_site.parent))
+    unreadable = dry_run_as_nobody(shared_site)
     no_traceback(unreadable)
     assert unreadable.returncode == 2
     assert "cannot read patcher state" in unreadable.stderr and "corrupt" not in unreadable.stderr

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from compat import verdicts
 from compat.patcher import EnvironmentProblem, PatchError, Patcher, open_target
-from tests.unit import toy
+from tests.unit import other_user, toy
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -307,6 +307,7 @@ def test_state_files_are_readable_by_others_and_patched_files_keep_their_mode(tm
     """Item 4: backups and manifest 0644, directories 0755 (like the site), patched files keep their mode."""
     site = toy.make_site(tmp_path)
     os.chmod(site / "toy/a.py", 0o640)
+    os.chmod(site / "toy/b.py", 0o644)  # whatever the umask that made the site
     old_umask = os.umask(0o077)
     try:
         toy.apply(site, {"toy.x", "toy.y"})
@@ -334,16 +335,16 @@ def test_unopenable_lock_file_is_an_environment_problem(tmp_path):
 
 def _as_other_user(code: str, site: Path) -> subprocess.CompletedProcess:
     """Run ``code`` as user nobody (root) or as ourselves (we then cannot read a 0600 file of root's anyway)."""
+    if os.geteuid() == 0:
+        return other_user.run(site.parent, ["-c", code], HOME=str(site.parent))
     env = {**os.environ, "PYTHONPATH": str(ROOT), "HOME": str(site.parent)}
-    prefix = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"] if os.geteuid() == 0 else []
-    return subprocess.run([*prefix, sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, env=env)
+    return subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, env=env)
 
 
 @pytest.fixture
 def shared_tmp():
-    """A directory another user can traverse (pytest's tmp_path is 0700)."""
+    """A directory another user can read whatever our umask (pytest's tmp_path is 0700)."""
     with tempfile.TemporaryDirectory() as tmp:
-        os.chmod(tmp, 0o755)
         yield Path(tmp)
 
 
@@ -352,6 +353,7 @@ def test_another_user_reads_roots_state_and_an_unreadable_manifest_is_not_called
     """Item 4: after an apply, another user can plan; a manifest they cannot read says so (exit 2), not 'corrupt'."""
     site = toy.make_site(shared_tmp)
     toy.apply(site, {"toy.x"})
+    other_user.make_readable(shared_tmp)
     code = (
         "from pathlib import Path; from tests.unit import toy\n"
         "from compat.patcher import EnvironmentProblem, Patcher, open_target\n"
