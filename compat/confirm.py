@@ -50,16 +50,19 @@ from pathlib import Path
 
 from compat.report import ENVIRONMENT, OK, PATCH_PROBLEM
 
-DESCRIPTION = "Run the installed generator on real vLLM and compare every captured layer with Hugging Face (float32)"
+DESCRIPTION = ("Run the installed generator on real vLLM and compare every captured layer with Hugging Face "
+               "float32 or vLLM's own extract_hidden_states, plus invariants that need no reference")
 
 GEN_MOD = "speculators.data_generation.vllm_hidden_states_generator"
 CALLS = (1, 11, 33, 11)
 #: Per layer: max|diff| / mean|h_ref|.  float32 vLLM vs HF stays near 1e-5 here; bf16 is near 1e-1.
 RTOL = 1e-3
 TOLERANCE_RULE = f"per layer max|diff| / mean|h_ref| <= {RTOL:g}"
-EXIT_CODES = ("Exit codes: 0 every layer equals HF (OK); 1 a layer differs (WRONG) or the run failed (ERROR: an "
-              "exception, an RPC that raised, a worker that died: confirm ends within seconds of the death); "
-              "2 bad arguments, an unreadable checkpoint or an unwritable --json-file.")
+EXIT_CODES = ("Exit codes: 0 every layer equals the reference and every invariant holds (OK); 1 a layer differs "
+              "or an invariant fails (WRONG) or the run failed (ERROR: an exception, an RPC that raised, a worker "
+              "that died: confirm ends within seconds of the death); 2 bad arguments or prompts file, an unreadable "
+              "checkpoint or an unwritable --json-file, nothing run. --check REPORT: 0 same surface, 1 differs "
+              "or the report is not OK, 2 unreadable report.")
 #: How often the worker watch looks, and how long engine shutdown may take before its processes are killed.
 WATCH_INTERVAL_S = 0.25
 #: After a death, how long the main thread may take to fail by itself (vLLM's error text is the user's best clue).
@@ -87,13 +90,14 @@ def num_layers(model_path: str) -> int:
     return int(config.get("num_hidden_layers") or config["text_config"]["num_hidden_layers"])
 
 
-def hf_reference(model_path: str, prompts, layers, dtype: str = "float32"):
+def hf_reference(model_path: str, prompts, layers, dtype: str = "float32", trust_remote_code: bool = False):
     """HF hidden states per prompt for ``layers`` (generator ids), plus the model and depth."""
     import torch
     from transformers import AutoModelForCausalLM
 
     torch_dtype = getattr(torch, dtype)
-    model = AutoModelForCausalLM.from_pretrained(model_path, torch_dtype=torch_dtype).eval()
+    model = AutoModelForCausalLM.from_pretrained(model_path, torch_dtype=torch_dtype,
+                                                 trust_remote_code=trust_remote_code).eval()
     refs = {}
     with torch.no_grad():
         for prompt in prompts:
@@ -103,28 +107,30 @@ def hf_reference(model_path: str, prompts, layers, dtype: str = "float32"):
     return model, refs, model.config.num_hidden_layers
 
 
-def compare(results, prompts, reference, layers):
-    """Per-layer error of generator results against the HF reference, and the problems found.
+def compare(results, prompts, reference, layers, rtol: float = RTOL, hidden_size: int | None = None):
+    """Per-layer error of generator results against the reference, and the problems found.
 
+    ``reference`` is ``(hf_model, refs, depth)``: ``refs[tuple(prompt)]`` the reference tensors per layer;
+    ``hf_model`` set means HF (its last entry is normed: the generator's last layer is normed to match);
+    ``refs`` None means no reference (``--reference none``): only the invariants of
+    compat.confirm_invariants.check_results (order, shapes, finite) are checked, as they are always.
     Returns ``{"layers": {k: {max_abs_diff, mean_abs_ref, rel_diff}}, "problems": [...]}``;
-    a layer fails when ``max|diff| / mean|h_ref|`` over the call exceeds RTOL.
+    a layer fails when ``max|diff| / mean|h_ref|`` over the call exceeds ``rtol``.
     """
     import torch
 
+    from compat.confirm_invariants import check_results
+
     hf_model, refs, depth = reference
-    problems = []
-    if len(results) != len(prompts):
-        problems.append(f"{len(results)} results for {len(prompts)} prompts")
+    problems = check_results(results, prompts, layers, hidden_size)
+    if refs is None:
+        return {"layers": {}, "problems": problems}
     worst = {k: 0.0 for k in layers}
     scale = {k: [0.0, 0] for k in layers}  # sum |h_ref|, element count
     for i, (result, prompt) in enumerate(zip(results, prompts)):
-        if result["input_ids"].tolist() != prompt:
-            problems.append(f"result {i}: input_ids are another prompt's")
-        if len(result["hidden_states"]) != len(layers):
-            problems.append(f"result {i}: {len(result['hidden_states'])} layers captured, asked for {len(layers)}")
         for j, k in enumerate(layers[: len(result["hidden_states"])]):
             got = result["hidden_states"][j].float()
-            if k == depth - 1:  # HF's last entry has the final norm applied
+            if hf_model is not None and k == depth - 1:  # HF's last entry has the final norm applied
                 with torch.no_grad():
                     got = hf_model.model.norm(got.to(next(hf_model.parameters()).dtype)).float()
             ref = refs[tuple(prompt)][j]
@@ -139,8 +145,8 @@ def compare(results, prompts, reference, layers):
         mean_ref = scale[k][0] / scale[k][1] if scale[k][1] else float("nan")
         rel = worst[k] / mean_ref if scale[k][1] else float("nan")
         stats[k] = {"max_abs_diff": worst[k], "mean_abs_ref": mean_ref, "rel_diff": rel}
-        if scale[k][1] and not rel <= RTOL:
-            problems.append(f"layer {k}: max|diff| {worst[k]:.3e} = {rel:.2e} x mean|h_ref| > {RTOL:g}")
+        if scale[k][1] and not rel <= rtol:
+            problems.append(f"layer {k}: max|diff| {worst[k]:.3e} = {rel:.2e} x mean|h_ref| > {rtol:g}")
     return {"layers": stats, "problems": problems}
 
 
@@ -435,7 +441,8 @@ class StepRecorder:
 
 
 def run_generator(gen_module, model, calls, reference, layers, max_batched=None, after=None, dtype="float32",
-                  progress=None, log_path=None, verbose=False, on_death=None):
+                  progress=None, log_path=None, verbose=False, on_death=None, engine=None, rtol=RTOL,
+                  hidden_size=None, checks=None):
     """Construct the generator, run every call, compare with HF; never raises, never waits on a dead worker.
 
     ``after(gen)`` may observe the live engine before it is shut down;
@@ -444,6 +451,9 @@ def run_generator(gen_module, model, calls, reference, layers, max_batched=None,
     the report so far (error WorkerDied, fds back on the terminal) and must end
     the process (``run`` reports and exits); without it the main thread is
     interrupted and the death is reported when it returns.
+    ``engine`` overrides the generator's keyword arguments (tensor_parallel_size,
+    pipeline_parallel_size, max_model_len); ``checks`` ({"batch": i, "repeat": j}) names the
+    invariant calls of compat.confirm_invariants, compared with call 0 (``out["invariants"]``).
     """
     log_path = Path(log_path) if log_path else default_log_path()
     out = {"ok": False, "stage": "init", "calls": [], "error": None, "dtype": dtype}
@@ -466,7 +476,7 @@ def run_generator(gen_module, model, calls, reference, layers, max_batched=None,
 
         with WorkerWatch(died) as watch:
             _run(out, watch, gen_module, model, calls, reference, layers, max_batched, after, dtype,
-                 lambda text: say(text, log.console))
+                 lambda text: say(text, log.console), engine or {}, rtol, hidden_size, checks)
     out["log"] = str(log_path)
     if out["error"] is not None:
         out["worker_log"] = error_lines(log.text())
@@ -480,13 +490,18 @@ def error_lines(text: str) -> str:
     return "\n".join(lines[-60:])[-8000:]
 
 
-def _run(out, watch, gen_module, model, calls, reference, layers, max_batched, after, dtype, say):
+def _run(out, watch, gen_module, model, calls, reference, layers, max_batched, after, dtype, say, engine=None,
+         rtol=RTOL, hidden_size=None, checks=None):
+    from compat import confirm_invariants as inv
+
     gen = None
     started = time.monotonic()
+    kept = {}
     try:
         cls = gen_module.VllmHiddenStatesGenerator
         params = inspect.signature(cls.__init__).parameters
         kwargs = dict(layer_ids=list(layers), max_model_len=512, tensor_parallel_size=1, dtype=dtype)
+        kwargs.update(engine or {})
         out["max_num_batched_tokens_accepted"] = "max_num_batched_tokens" in params
         if max_batched and out["max_num_batched_tokens_accepted"]:
             kwargs["max_num_batched_tokens"] = max_batched
@@ -504,7 +519,11 @@ def _run(out, watch, gen_module, model, calls, reference, layers, max_batched, a
         for index, prompts in enumerate(calls, 1):
             t0 = time.monotonic()
             results = gen.generate(prompts)
-            found = compare(results, prompts, reference, layers)
+            found = compare(results, prompts, reference, layers, rtol, hidden_size)
+            if checks and index - 1 in (0, checks.get("batch"), checks.get("repeat")) and results:
+                at = inv.BATCH_POSITION if index - 1 == checks.get("batch") else 0
+                if at < len(results):
+                    kept.setdefault(index - 1, inv.states_of(results, at))
             call = {"n": len(prompts), "seconds": round(time.monotonic() - t0, 2), **recorder.take(), **found}
             call["max_abs_diff"] = max((s["max_abs_diff"] for s in found["layers"].values()), default=0.0)
             call["max_rel_diff"] = max((s["rel_diff"] for s in found["layers"].values()), default=0.0)
@@ -512,7 +531,9 @@ def _run(out, watch, gen_module, model, calls, reference, layers, max_batched, a
             out["calls"].append(call)
             say(f"call {index}/{len(calls)} {_bar(index, len(calls))} {len(prompts)} sequences, "
                 f"{call['seconds']} s, {'ok' if not call['problems'] else 'WRONG'}")
-        out["ok"] = all(not c["problems"] for c in out["calls"])
+        if checks:
+            out["invariants"] = _cross_checks(kept, checks, layers, rtol)
+        out["ok"] = all(not c["problems"] for c in out["calls"]) and not (out.get("invariants") or {}).get("problems")
         out["stage"] = "compared"
         if after is not None:
             out["runtime"] = after(gen)
@@ -530,6 +551,21 @@ def _run(out, watch, gen_module, model, calls, reference, layers, max_batched, a
     return out
 
 
+def _cross_checks(kept: dict, checks: dict, layers, rtol: float) -> dict:
+    """The repeat and alone-vs-batch invariants from the states kept of call 0 and the two invariant calls."""
+    from compat import confirm_invariants as inv
+
+    doc, problems = {}, []
+    if 0 in kept and checks.get("repeat") in kept:
+        doc["repeat"] = inv.compare_repeat(kept[0], kept[checks["repeat"]], layers)
+        problems += doc["repeat"]["problems"]
+    if 0 in kept and checks.get("batch") in kept:
+        doc["batch"] = inv.compare_batch(kept[0], kept[checks["batch"]], layers, rtol)
+        problems += doc["batch"]["problems"]
+    doc["problems"] = problems
+    return doc
+
+
 def _bar(done: int, total: int, width: int = 12) -> str:
     filled = round(width * done / total) if total else width
     return "[" + "#" * filled + "." * (width - filled) + "]"
@@ -538,12 +574,43 @@ def _bar(done: int, total: int, width: int = 12) -> str:
 # -- command line -----------------------------------------------------------------
 
 
+REFERENCES = ("hf", "vllm-extract", "none")
+DTYPES = ("float32", "bfloat16", "float16")
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--model", required=True, help="a local HF checkpoint directory (e.g. fixtures/tiny_model.py's)")
-    parser.add_argument("--layers", default="all", help="generator layer ids to capture, comma-separated (default: all)")
+    parser.add_argument("--model", help="a local HF checkpoint directory (e.g. fixtures/tiny_model.py's); "
+                        "required unless --check")
+    parser.add_argument("--layers", default="all", help="generator layer ids to capture, comma-separated, e.g. "
+                        "2,30,58 (default: all)")
     parser.add_argument("--calls", default=",".join(map(str, CALLS)),
                         help="sequences per call, comma-separated, all on one generator (default: %(default)s: crosses "
-                        "11 sequences and the 32-slot limit, and repeats a call)")
+                        "11 sequences and the 32-slot limit, and repeats a call); two invariant calls follow them "
+                        "(the first call's first prompt in a batch of 33, then the first call again)")
+    parser.add_argument("--prompts", metavar="FILE", help="prompts to use instead of generated token ids: a .json "
+                        "array (each item text or a list of token ids) or one prompt per line (a JSON list or "
+                        "space-separated integers are token ids, 'text:' or any other line is text, '#' comments); "
+                        "calls take them in order, wrapping around (see docs/kimi-k2.5.md)")
+    parser.add_argument("--reference", choices=REFERENCES, default="hf",
+                        help="what every captured layer is compared with: hf = Hugging Face float32 "
+                        "output_hidden_states[k+1] (loads the model in this process); vllm-extract = vLLM's own "
+                        "EAGLE-3 extract_hidden_states (aux id k+1) on the same checkpoint, dtype and TP/PP, in a "
+                        "child process (vLLM >= 0.17; no HF model); none = only the invariants (default: hf)")
+    parser.add_argument("--dtype", choices=DTYPES, default="float32",
+                        help="the generator's (and vllm-extract's) dtype; the HF reference is always float32 "
+                        "(default: %(default)s)")
+    parser.add_argument("--rtol", type=float, default=RTOL,
+                        help="per-layer tolerance: max|diff| / mean|h_ref| (default: %(default)g)")
+    parser.add_argument("--tensor-parallel-size", type=int, default=1, metavar="N",
+                        help="tensor-parallel size of the generator and of vllm-extract (default: 1)")
+    parser.add_argument("--pipeline-parallel-size", type=int, default=1, metavar="N",
+                        help="pipeline-parallel size (default: 1); > 1 needs a generator that takes "
+                        "pipeline_parallel_size (speculators 0.4.x does not: exit 2)")
+    parser.add_argument("--trust-remote-code", action="store_true",
+                        help="let HF / vLLM run the checkpoint's own code (Kimi-K2.5 needs it; speculators' "
+                        "generator always passes trust_remote_code=True)")
+    parser.add_argument("--max-model-len", type=int, default=512, metavar="N",
+                        help="max_model_len of the engines; every prompt must be shorter (default: %(default)s)")
     parser.add_argument("--max-batched-tokens", type=int, default=96,
                         help="token budget per step, to force chunked prefill (speculators 0.4.x; 0.3.0 has no such "
                         "argument and must not chunk)")
@@ -551,31 +618,77 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "(default: a new file under the cache directory's logs/)")
     parser.add_argument("--verbose", action="store_true", help="also stream vLLM's output to the terminal")
     parser.add_argument("--json", action="store_true", help="print the JSON document to stdout instead of the table")
-    parser.add_argument("--json-file", metavar="PATH", help="also write the JSON document to PATH (its verdict: OK, "
-                        "WRONG or ERROR; written on a dead worker too). " + EXIT_CODES)
+    parser.add_argument("--json-file", "--report", dest="json_file", metavar="PATH",
+                        help="also write the JSON report to PATH (its verdict: OK, WRONG or ERROR; the surface "
+                        "fingerprint, versions, devices, TP/PP and timings; written on a dead worker too). "
+                        + EXIT_CODES)
+    parser.add_argument("--check", metavar="REPORT", help="run nothing: exit 0 if REPORT is an OK report of the "
+                        "surface installed here (fingerprint, generator files, versions), 1 if anything differs or "
+                        "its verdict is not OK, 2 if REPORT is unreadable or no confirm report")
+
+
+def _usage(message: str) -> int:
+    print(f"confirm: {message}", file=sys.stderr)
+    return ENVIRONMENT
+
+
+def hidden_size_of(model_path: str) -> int | None:
+    with open(os.path.join(model_path, "config.json")) as handle:
+        config = json.load(handle)
+    size = config.get("hidden_size") or (config.get("text_config") or {}).get("hidden_size")
+    return int(size) if size else None
 
 
 def run(args) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    if args.check:
+        from compat.confirm_report import check
+
+        return check(args.check)
+    if not args.model:
+        return _usage("--model PATH is required (or --check REPORT)")
     if not os.path.isfile(os.path.join(args.model, "config.json")):
-        print(f"confirm: {args.model} is not a local HF checkpoint (no config.json)", file=sys.stderr)
-        return ENVIRONMENT
+        return _usage(f"{args.model} is not a local HF checkpoint (no config.json)")
     try:
         depth = num_layers(args.model)
+        hidden_size = hidden_size_of(args.model)
         layers = list(range(depth)) if args.layers == "all" else [int(x) for x in args.layers.split(",")]
     except (OSError, ValueError, KeyError) as exc:
-        print(f"confirm: cannot read layers: {exc}", file=sys.stderr)
-        return ENVIRONMENT
+        return _usage(f"cannot read layers: {exc}")
     if not layers or any(not 0 <= k < depth for k in layers):
-        print(f"confirm: layer ids must lie in 0..{depth - 1}, got {args.layers}", file=sys.stderr)
-        return ENVIRONMENT
+        return _usage(f"layer ids must lie in 0..{depth - 1}, got {args.layers}")
+    if len(set(layers)) != len(layers):
+        return _usage(f"--layers names a layer twice: {args.layers}")
     try:
         sizes = [int(n) for n in args.calls.split(",")]
     except ValueError:
         sizes = []
     if not sizes or min(sizes) < 1:
-        print(f"confirm: --calls wants positive sequence counts, e.g. 1,11,33,11; got {args.calls!r}", file=sys.stderr)
-        return ENVIRONMENT
+        return _usage(f"--calls wants positive sequence counts, e.g. 1,11,33,11; got {args.calls!r}")
+    for name in ("tensor_parallel_size", "pipeline_parallel_size", "max_model_len"):
+        if getattr(args, name) < 1:
+            return _usage(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
+    if not args.rtol > 0:
+        return _usage(f"--rtol must be > 0, got {args.rtol}")
+    if args.prompts:
+        from compat.confirm_prompts import PromptsError, calls_from, load_prompts
+
+        try:
+            prompts = load_prompts(args.prompts, args.model, args.trust_remote_code, args.max_model_len - 1)
+        except PromptsError as exc:
+            return _usage(str(exc))
+        calls = calls_from(prompts, sizes)
+        fillers = prompts
+    else:
+        calls = make_calls(sizes)
+        fillers = [p for c in make_calls((33,), seed=1) for p in c]
+        if max(len(p) for c in calls for p in c) >= args.max_model_len:
+            return _usage(f"--max-model-len {args.max_model_len} is shorter than the generated prompts (400 tokens)")
+    from compat.confirm_invariants import invariant_calls
+
+    batch, repeat = invariant_calls(calls[0], fillers)
+    calls += [batch, repeat]
+    checks = {"batch": len(calls) - 2, "repeat": len(calls) - 1}
     log_path = Path(args.log) if args.log else default_log_path()
     started = time.monotonic()
 
@@ -583,26 +696,77 @@ def run(args) -> int:
         print(f"confirm: [{time.monotonic() - started:6.1f} s] {text}", file=stream or sys.stderr, flush=True)
 
     say(f"vLLM's log: {log_path}")
-    calls = make_calls(sizes)
-    say(f"Hugging Face float32 reference for {sum(map(len, calls))} sequences")
-    with EngineLog(log_path, echo=args.verbose):
-        reference = hf_reference(args.model, [p for c in calls for p in c], layers)
     import importlib
 
     report = Report(args, layers)
-
-    def on_death(doc: dict) -> None:
-        abort_run(report, doc)
-
+    report.extra.update(reference=args.reference, dtype=args.dtype, tensor_parallel_size=args.tensor_parallel_size,
+                        pipeline_parallel_size=args.pipeline_parallel_size, prompts=args.prompts or "generated",
+                        model=str(args.model), calls_requested=sizes, invariant_calls=checks)
+    timings = report.extra.setdefault("timings", {})
     try:
         with EngineLog(log_path, echo=args.verbose):
             module = importlib.import_module(GEN_MOD)
     except BaseException as exc:  # noqa: BLE001
         doc = {"ok": False, "stage": "import", "calls": [], "error": error_report(exc), "log": str(log_path)}
-    else:
-        doc = run_generator(module, args.model, calls, reference, layers, args.max_batched_tokens,
-                            progress=say, log_path=log_path, verbose=args.verbose, on_death=on_death)
+        return report.emit(doc)
+    params = inspect.signature(module.VllmHiddenStatesGenerator.__init__).parameters
+    engine = {"tensor_parallel_size": args.tensor_parallel_size, "max_model_len": args.max_model_len}
+    if args.pipeline_parallel_size > 1:
+        if "pipeline_parallel_size" not in params:
+            return _usage(f"--pipeline-parallel-size {args.pipeline_parallel_size}: this speculators' generator takes "
+                          f"no pipeline_parallel_size (its arguments: {', '.join(list(params)[1:])}); nothing was run")
+        engine["pipeline_parallel_size"] = args.pipeline_parallel_size
+    t0 = time.monotonic()
+    unique = [p for c in calls for p in c]
+    try:
+        if args.reference == "hf":
+            say(f"Hugging Face float32 reference for {len(unique)} sequences")
+            with EngineLog(log_path, echo=args.verbose):
+                reference = hf_reference(args.model, unique, layers, trust_remote_code=args.trust_remote_code)
+        elif args.reference == "vllm-extract":
+            reference = _extract_reference(args, unique, layers, log_path, say, report)
+        else:
+            say("no reference (--reference none): invariants only")
+            reference = (None, None, depth)
+    except BaseException as exc:  # noqa: BLE001 - the report carries it
+        doc = {"ok": False, "stage": "reference", "calls": [], "error": error_report(exc), "log": str(log_path)}
+        return report.emit(doc)
+    timings["reference_s"] = round(time.monotonic() - t0, 2)
+
+    def on_death(doc: dict) -> None:
+        abort_run(report, doc)
+
+    doc = run_generator(module, args.model, calls, reference, layers, args.max_batched_tokens, dtype=args.dtype,
+                        progress=say, log_path=log_path, verbose=args.verbose, on_death=on_death, engine=engine,
+                        rtol=args.rtol, hidden_size=hidden_size, checks=checks)
+    timings["total_s"] = round(time.monotonic() - started, 2)
     return report.emit(doc)
+
+
+def _extract_reference(args, prompts, layers, log_path, say, report):
+    """--reference vllm-extract: vLLM's extract_hidden_states in a child process (compat.confirm_extract)."""
+    import shutil
+    import tempfile
+
+    from compat.confirm_extract import run_reference
+    from compat.layout import cache_root
+
+    say(f"vLLM extract_hidden_states reference for {len(prompts)} sequences (its own engine start)")
+    root = cache_root() / "confirm-extract"
+    root.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix="run-", dir=root))
+    try:
+        with open(log_path, "ab", buffering=0) as log:
+            refs, meta = run_reference(args.model, prompts, layers, dtype=args.dtype,
+                                       tp=args.tensor_parallel_size, pp=args.pipeline_parallel_size,
+                                       trust_remote_code=args.trust_remote_code, max_model_len=args.max_model_len,
+                                       work_dir=work, log_file=log)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    report.extra["reference_run"] = meta
+    say(f"reference ready: engine start {meta['engine_start_s']} s, {len(prompts)} sequences in "
+        f"{meta['generate_s']} s" + (" (CPU shim connector)" if meta.get("cpu_shim") else ""))
+    return (None, refs, num_layers(args.model))
 
 
 def abort_run(report: "Report", doc: dict) -> None:
@@ -629,10 +793,15 @@ class Report:
 
     def __init__(self, args, layers):
         self.args, self.layers, self.once = args, layers, threading.Lock()
+        self.extra = {}  # reference, dtype, TP/PP, timings ... (compat confirm's command line fills it)
 
     def emit(self, doc: dict) -> int:
         self.once.acquire()  # never released: a second report would contradict the first
-        doc.update(layers=self.layers, tolerance=TOLERANCE_RULE, rtol=RTOL)
+        rtol = getattr(self.args, "rtol", RTOL)
+        doc.update(layers=self.layers, tolerance=TOLERANCE_RULE if rtol == RTOL else _rule(rtol), rtol=rtol)
+        doc.update({k: v for k, v in self.extra.items() if k not in doc})
+        if self.extra:  # the command line's report: tie it to the installed surface (compat.confirm_report)
+            _tie(doc)
         doc["verdict"] = "ERROR" if doc.get("error") else "OK" if doc["ok"] else "WRONG"
         if self.args.json:
             print(json.dumps(doc, indent=2, default=str), flush=True)
@@ -648,6 +817,26 @@ class Report:
                 print(f"confirm: cannot write {self.args.json_file}: {exc}", file=sys.stderr, flush=True)
                 return ENVIRONMENT
         return OK if doc["verdict"] == "OK" else PATCH_PROBLEM
+
+
+def _rule(rtol: float) -> str:
+    return f"per layer max|diff| / mean|h_ref| <= {rtol:g}"
+
+
+def _tie(doc: dict) -> None:
+    """The report's ``confirmed`` block (surface fingerprint, generator files, versions), devices and timings."""
+    from compat import confirm_report
+
+    try:
+        doc["confirmed"] = confirm_report.confirmed_block()
+    except Exception as exc:  # noqa: BLE001 - the run's own verdict still stands; --check will refuse this report
+        doc["confirmed"] = None
+        doc["confirmed_error"] = f"{type(exc).__name__}: {exc}"
+    doc["devices"] = confirm_report.device_names()
+    timings = doc.setdefault("timings", {})
+    timings.setdefault("engine_start_s", doc.get("engine_start_s"))
+    timings.setdefault("generator_s", doc.get("seconds"))
+    timings["calls_s"] = [c.get("seconds") for c in doc.get("calls", [])]
 
 
 def render(doc: dict) -> list[str]:
@@ -668,6 +857,13 @@ def render(doc: dict) -> list[str]:
     for call in doc["calls"]:
         lines.append(f"  {call['n']:13}  {call['seconds']:7}  {call['chunked_prefill_steps']:21}  "
                      f"{call['max_abs_diff']:9.2e}  {call['max_rel_diff']:12.2e}  {len(call['problems'])}")
+    reference = doc.get("reference", "hf")
+    lines += _invariant_lines(doc)
+    if reference == "none":
+        verdict = "OK" if doc["ok"] else "WRONG"
+        return lines + [f"confirm: {verdict}: no reference (--reference none); order, shapes, finite values, "
+                        f"repeat and batch-of-33 invariants {'hold' if doc['ok'] else 'fail'} for layers "
+                        f"{doc['layers']} ({doc['tolerance']}, {doc.get('dtype', 'float32')})"]
     lines.append("  layer  max|diff|  mean|h_ref|  rel diff (all calls)")
     for k in doc["layers"]:
         stats = [c["layers"][k] for c in doc["calls"] if k in c["layers"]]
@@ -676,8 +872,28 @@ def render(doc: dict) -> list[str]:
         scale = min((s["mean_abs_ref"] for s in stats), default=float("nan"))
         lines.append(f"  {k:5}  {worst:9.2e}  {scale:11.2e}  {rel:8.2e}")
     verdict = "OK" if doc["ok"] else "WRONG"
-    lines.append(f"confirm: {verdict}: layers {doc['layers']} {'equal' if doc['ok'] else 'differ from'} HF "
-                 f"output_hidden_states[k+1] ({doc['tolerance']}, float32)")
+    what = ("vLLM extract_hidden_states aux id k+1" if reference == "vllm-extract"
+            else "HF output_hidden_states[k+1]")
+    lines.append(f"confirm: {verdict}: layers {doc['layers']} {'equal' if doc['ok'] else 'differ from'} {what} "
+                 f"({doc['tolerance']}, {doc.get('dtype', 'float32') if reference != 'hf' else 'float32'})")
+    return lines
+
+
+def _invariant_lines(doc: dict) -> list[str]:
+    inv = doc.get("invariants")
+    if not inv:
+        return []
+    lines = []
+    if "repeat" in inv:
+        rep = inv["repeat"]
+        lines.append(f"  invariant repeat (first call again): {'identical' if rep['identical'] else 'DIFFERS'}, "
+                     f"max|diff| {rep['max_abs_diff']}")
+    if "batch" in inv:
+        worst = max((s["rel_diff"] for s in inv["batch"]["layers"].values()), default=float("nan"))
+        lines.append(f"  invariant alone vs in a batch of 33: max rel diff {worst:.2e}"
+                     f"{'' if not inv['batch']['problems'] else ' WRONG'}")
+    for problem in inv.get("problems", [])[:10]:
+        lines.append(f"  problem: {problem}")
     return lines
 
 

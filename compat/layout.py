@@ -21,6 +21,7 @@ STATE_DIR = ".specdec-compat"
 MARKERS = {
     "contract": "runs real vLLM on a tiny local model (needs a lane)",
     "proof": "leave-one-out proof of every needed patch (one engine start each)",
+    "extract": "compat confirm --reference vllm-extract/none runs (extra engine starts; deselect with -m 'not extract')",
 }
 
 

@@ -1,0 +1,196 @@
+"""``compat confirm --reference vllm-extract``: vLLM's own EAGLE-3 ``extract_hidden_states`` path as the reference.
+
+vLLM (0.17 and later) can run a model with ``speculative_config = {"method":
+"extract_hidden_states"}``: the target model returns its EAGLE-3 auxiliary
+hidden states, a cache-only draft layer stores them in the KV cache, and the
+``ExampleHiddenStatesConnector`` writes each finished request's states to a
+safetensors file (``hidden_states`` ``[tokens, n_layers, hidden]`` and
+``token_ids``).  No Hugging Face model is loaded, so this scales to any
+checkpoint vLLM serves (Kimi-K2.5 at TP=8) and runs in the generator's dtype.
+
+Index semantics (read from vLLM 0.32.0's source): an aux layer id ``j`` is
+appended after the decoder layer whose index + 1 is ``j``, pre-norm, as
+``hidden_states + residual``: ``EagleModelMixin._maybe_add_hidden_state`` is
+called with ``self.start_layer`` before the first layer and with ``idx + 1``
+after layer ``idx`` (model_executor/models/llama.py ``LlamaModel.forward``,
+interfaces.py); DeepSeek-V2/V3 (Kimi-K2.5's text model) checks ``idx in
+aux_hidden_state_layers`` *before* running layer ``idx`` and appends
+``end_layer`` after the last (deepseek_v2.py ``DeepseekV2Model.forward``).
+Both give: aux id ``j`` = output of decoder layer ``j - 1``.  The generator's
+layer id ``k`` is the output of decoder layer ``k``, so it is aux id ``k + 1``
+(and the generator's last layer, ``L - 1``, is aux id ``L``, pre-norm: no
+final norm to apply, unlike HF's last ``hidden_states`` entry).  vLLM stores
+the aux states in ascending id order (``_set_aux_hidden_state_layers`` sorts
+them).
+
+CPU shim (labelled ``cpu_shim`` in the report): vLLM 0.32's
+``ExampleHiddenStatesConnector._submit_async_write`` copies device-to-host
+into ``pin_memory=True`` tensors on a CUDA stream and ``get_finished`` polls
+a ``torch.cuda.Event``; on a CPU build the first raises and the second cannot
+exist.  On a CPU platform this module passes vLLM the subclass
+``CpuHiddenStatesConnector`` below through vLLM's own external-connector
+setting (``kv_transfer_config.kv_connector_module_path``): the same
+extraction from the KV cache (vLLM's ``extract_from_kv_cache``), the same
+file, lock and bookkeeping, but a plain synchronous copy and an event that
+is already complete.  Nothing of the user's install is edited, and on a GPU
+vLLM's own connector runs unchanged.
+
+The reference runs in a child process (``python -m compat.confirm_extract
+SPEC.json``), so its engine is gone, and its device memory free, before the
+generator's starts.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+CONNECTOR = "ExampleHiddenStatesConnector"
+CPU_CONNECTOR = "CpuHiddenStatesConnector"
+
+
+def aux_ids(layers) -> list[int]:
+    """vLLM aux-hidden-state ids for generator layer ids (ascending, as vLLM stores them)."""
+    return sorted({k + 1 for k in layers})
+
+
+# -- the CPU shim: vLLM's connector with a synchronous host copy -----------------------
+
+
+def _cpu_connector_class():
+    import fcntl
+
+    import torch
+    from vllm.distributed.kv_transfer.kv_connector.v1 import example_hidden_states_connector as upstream
+
+    class _Done:
+        """A copy that finished when it was made (CPU: no stream, no event)."""
+
+        def query(self) -> bool:
+            return True
+
+        def synchronize(self) -> None:
+            return None
+
+    class CpuHiddenStatesConnector(upstream.ExampleHiddenStatesConnector):
+        """compat confirm's CPU shim: ``_submit_async_write`` without pinned memory or CUDA events."""
+
+        def _submit_async_write(self, pending) -> None:
+            if not self._is_tp_rank_zero:
+                return
+            block_ids = torch.tensor(pending.block_ids, dtype=torch.long)
+            offsets = torch.arange(0, self._block_size, dtype=torch.long)
+            slots = (offsets.reshape(1, -1) + block_ids.reshape(-1, 1) * self._block_size).flatten()
+            num_tokens = pending.token_ids.shape[0]
+            states = upstream.extract_from_kv_cache(self._kv_cache, slots, num_tokens).clone()
+            tensors = {"hidden_states": states, "token_ids": pending.token_ids.clone()}
+            os.makedirs(os.path.dirname(pending.filename), exist_ok=True)
+            lock_fd = self._lock_fds.pop(pending.req_id, None)
+            if lock_fd is None and self.use_lock:
+                lock_fd = os.open(pending.filename + ".lock", os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o644)
+                fcntl.flock(lock_fd, fcntl.LOCK_EX)
+            self._write_tensors(tensors, _Done(), pending.filename, lock_fd)
+            self._req_copy_events[pending.req_id] = _Done()
+
+    return CpuHiddenStatesConnector
+
+
+def __getattr__(name):  # vLLM's factory does getattr(module, "CpuHiddenStatesConnector") in every process
+    if name == CPU_CONNECTOR:
+        cls = _cpu_connector_class()
+        globals()[name] = cls
+        return cls
+    raise AttributeError(name)
+
+
+# -- the child: one engine, every prompt, one file per prompt ---------------------------
+
+
+def child(spec_path: str) -> int:
+    spec = json.loads(Path(spec_path).read_text())
+    out_dir = Path(spec["out_dir"])
+    started = time.monotonic()
+    from vllm import LLM, SamplingParams
+    from vllm.platforms import current_platform
+
+    cpu = current_platform.is_cpu()
+    transfer = {"kv_connector": CPU_CONNECTOR if cpu else CONNECTOR, "kv_role": "kv_producer",
+                "kv_connector_extra_config": {"shared_storage_path": str(out_dir / "states")}}
+    if cpu:
+        transfer["kv_connector_module_path"] = "compat.confirm_extract"
+    llm = LLM(model=spec["model"], dtype=spec["dtype"], tensor_parallel_size=spec["tp"],
+              pipeline_parallel_size=spec["pp"], trust_remote_code=spec["trust_remote_code"],
+              max_model_len=spec["max_model_len"], enable_prefix_caching=False, enforce_eager=True,
+              speculative_config={"method": "extract_hidden_states", "num_speculative_tokens": 1,
+                                  "draft_model_config": {"hf_config": {
+                                      "eagle_aux_hidden_state_layer_ids": spec["aux_ids"]}}},
+              kv_transfer_config=transfer, **spec.get("engine_args", {}))
+    engine_start_s = time.monotonic() - started
+    t0 = time.monotonic()
+    outputs = llm.generate([{"prompt_token_ids": p} for p in spec["prompts"]],
+                           SamplingParams(max_tokens=1, temperature=0.0), use_tqdm=False)
+    files = []
+    for output in outputs:
+        path = (output.kv_transfer_params or {}).get("hidden_states_path")
+        if path:
+            import fcntl
+
+            with open(path + ".lock") as lock:  # vLLM's own handshake: the writer holds LOCK_EX until written
+                fcntl.flock(lock, fcntl.LOCK_SH)
+        files.append(path)
+    meta = {"engine_start_s": round(engine_start_s, 2), "generate_s": round(time.monotonic() - t0, 2),
+            "connector": transfer["kv_connector"], "cpu_shim": cpu, "aux_ids": spec["aux_ids"], "files": files}
+    (out_dir / "index.json").write_text(json.dumps(meta))
+    return 0
+
+
+def run_reference(model: str, prompts, layers, *, dtype: str, tp: int = 1, pp: int = 1,
+                  trust_remote_code: bool = False, max_model_len: int = 512, work_dir: Path, log_file=None,
+                  engine_args: dict | None = None, timeout_s: float | None = None):
+    """Run vLLM's extract_hidden_states on ``prompts`` in a child; ``(refs, meta)``.
+
+    ``refs[tuple(prompt)]`` is a list of float32 ``[tokens, hidden]`` tensors in ``layers`` order.
+    Raises RuntimeError (with the child's last output lines) when the child fails.
+    """
+    import torch
+    from safetensors.torch import load_file
+
+    unique = list(dict.fromkeys(tuple(p) for p in prompts))
+    work_dir = Path(work_dir)
+    work_dir.mkdir(parents=True, exist_ok=True)
+    spec = {"model": model, "prompts": [list(p) for p in unique], "aux_ids": aux_ids(layers), "dtype": dtype,
+            "tp": tp, "pp": pp, "trust_remote_code": trust_remote_code, "max_model_len": max_model_len,
+            "out_dir": str(work_dir), "engine_args": engine_args or {}}
+    spec_path = work_dir / "spec.json"
+    spec_path.write_text(json.dumps(spec))
+    root = str(Path(__file__).resolve().parents[1])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
+    started = time.monotonic()
+    proc = subprocess.run([sys.executable, "-m", "compat.confirm_extract", str(spec_path)], env=env,
+                          stdout=log_file, stderr=subprocess.STDOUT if log_file else None, timeout=timeout_s)
+    index = work_dir / "index.json"
+    if proc.returncode != 0 or not index.is_file():
+        raise RuntimeError(f"vLLM extract_hidden_states reference failed (exit {proc.returncode}); see vLLM's log")
+    meta = json.loads(index.read_text())
+    meta["seconds"] = round(time.monotonic() - started, 2)
+    position = {j: i for i, j in enumerate(meta["aux_ids"])}
+    refs = {}
+    for prompt, path in zip(unique, meta["files"]):
+        if not path:
+            raise RuntimeError(f"vLLM wrote no hidden states for a prompt of {len(prompt)} tokens")
+        data = load_file(path)
+        if data["token_ids"].tolist() != list(prompt):
+            raise RuntimeError(f"{path}: token_ids are not the prompt's (the reference's own order is wrong)")
+        states = data["hidden_states"]
+        refs[prompt] = [states[:, position[k + 1], :].float() for k in layers]
+        os.remove(path)
+    meta["files"] = len(meta["files"])
+    return refs, meta
+
+
+if __name__ == "__main__":
+    sys.exit(child(sys.argv[1]))
