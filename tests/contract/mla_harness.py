@@ -1,0 +1,78 @@
+"""tests.contract.harness for the MLA/MoE models and for TP/PP > 1, without editing harness.py.
+
+    python -m tests.contract.mla_harness [--rtol R] [--tp N] [--pp N] HARNESS-ARGS...
+
+Everything else (modes, reports, leave-one-out proofs) is tests.contract.harness itself;
+this module only rebinds three of its names before calling its main():
+
+* the Hugging Face reference: ``fixtures.tiny_mla.hf_reference`` (loads the Kimi-K2.5
+  wrapper as well as DeepSeek-V3; ``compat.confirm.hf_reference`` only knows causal LMs);
+* the tolerance: ``--rtol`` replaces compare()'s RTOL for this process only (the MLA
+  band is measured and justified in tests/contract/test_mla_models.py);
+* the generator class handed to the run: ``--tp`` passes ``tensor_parallel_size`` (the
+  generator's own argument); ``--pp`` builds the generator's ParallelConfig with
+  ``pipeline_parallel_size`` (speculators exposes no argument for it, so this is how a
+  user must do it: its module-level ``ParallelConfig`` name, during construction only).
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import inspect
+import sys
+import types
+
+from tests.contract import harness
+
+
+def parallel_module(gen_module, tp: int, pp: int):
+    """A stand-in for the generator module whose class runs at TP=tp, PP=pp (nothing else changed)."""
+    base = gen_module.VllmHiddenStatesGenerator
+
+    class Parallel(base):
+        def __init__(self, *args, **kwargs):
+            kwargs["tensor_parallel_size"] = tp
+            if pp == 1:
+                super().__init__(*args, **kwargs)
+                return
+            original = gen_module.ParallelConfig
+            gen_module.ParallelConfig = functools.partial(original, pipeline_parallel_size=pp)
+            try:
+                super().__init__(*args, **kwargs)
+            finally:
+                gen_module.ParallelConfig = original
+
+    Parallel.__init__.__signature__ = inspect.signature(base.__init__)
+    Parallel.__name__ = Parallel.__qualname__ = base.__name__
+    return types.SimpleNamespace(VllmHiddenStatesGenerator=Parallel, __name__=gen_module.__name__)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(add_help=False)
+    parser.add_argument("--rtol", type=float)
+    parser.add_argument("--tp", type=int, default=1)
+    parser.add_argument("--pp", type=int, default=1)
+    ours, rest = parser.parse_known_args(argv)
+
+    from fixtures import tiny_mla
+
+    harness.hf_reference = lambda model, prompts, layers, *a, **k: tiny_mla.hf_reference(model, prompts, layers)
+    if ours.rtol is not None:
+        from compat import confirm
+
+        compare = getattr(confirm, "compare")
+        compare.__globals__["RTOL"] = ours.rtol  # the module compare() reads it from
+        harness.RTOL = ours.rtol  # the report's "rtol"
+    if ours.tp > 1 or ours.pp > 1:
+        run = harness._confirm_run  # noqa: SLF001
+
+        def parallel_run(gen_module, *args, **kwargs):
+            return run(parallel_module(gen_module, ours.tp, ours.pp), *args, **kwargs)
+
+        harness._confirm_run = parallel_run  # noqa: SLF001
+    return harness.main(rest)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
