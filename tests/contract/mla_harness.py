@@ -5,8 +5,10 @@
 Everything else (modes, reports, leave-one-out proofs) is tests.contract.harness itself;
 this module only rebinds three of its names before calling its main():
 
-* the Hugging Face reference: ``fixtures.tiny_mla.hf_reference`` (loads the Kimi-K2.5
-  wrapper as well as DeepSeek-V3; ``compat.confirm.hf_reference`` only knows causal LMs);
+* the reference: ``fixtures.tiny_mla.hf_reference`` (loads the Kimi-K2.5 wrapper as well as
+  DeepSeek-V3; ``compat.confirm.hf_reference`` only knows causal LMs), or with
+  ``--vllm-ref FILE`` vLLM's own forward of the same prompts (``python -m fixtures.tiny_mla
+  vllm-ref``: plain vLLM engine, no speculators, hooks on the decoder layers);
 * the tolerance: ``--rtol`` replaces compare()'s RTOL for this process only (the MLA
   band is measured and justified in tests/contract/test_mla_models.py);
 * the generator class handed to the run: ``--tp`` passes ``tensor_parallel_size`` (the
@@ -48,29 +50,51 @@ def parallel_module(gen_module, tp: int, pp: int):
     return types.SimpleNamespace(VllmHiddenStatesGenerator=Parallel, __name__=gen_module.__name__)
 
 
+def vllm_reference(file: str, model: str, layers):
+    """compare()'s reference tuple from vLLM's own forward (the final norm from HF's decoder: same weights)."""
+    import torch
+
+    from fixtures import tiny_mla
+
+    saved = torch.load(file, weights_only=False)
+    _, decoder = tiny_mla.load_hf(model)
+    holder = torch.nn.Module()
+    holder.model = decoder
+    refs = {prompt: [states[k] for k in layers] for prompt, states in saved["refs"].items()}
+    return holder, refs, decoder.config.num_hidden_layers
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(add_help=False)
     parser.add_argument("--rtol", type=float)
     parser.add_argument("--tp", type=int, default=1)
     parser.add_argument("--pp", type=int, default=1)
+    parser.add_argument("--vllm-ref")
     ours, rest = parser.parse_known_args(argv)
 
     from fixtures import tiny_mla
 
-    harness.hf_reference = lambda model, prompts, layers, *a, **k: tiny_mla.hf_reference(model, prompts, layers)
+    if ours.vllm_ref:
+        harness.hf_reference = lambda model, prompts, layers, *a, **k: vllm_reference(ours.vllm_ref, model, layers)
+    else:
+        harness.hf_reference = lambda model, prompts, layers, *a, **k: tiny_mla.hf_reference(model, prompts, layers)
+    run = harness._confirm_run  # noqa: SLF001
+    takes_rtol = "rtol" in inspect.signature(run).parameters
     if ours.rtol is not None:
-        from compat import confirm
-
-        compare = getattr(confirm, "compare")
-        compare.__globals__["RTOL"] = ours.rtol  # the module compare() reads it from
         harness.RTOL = ours.rtol  # the report's "rtol"
-    if ours.tp > 1 or ours.pp > 1:
-        run = harness._confirm_run  # noqa: SLF001
+        if not takes_rtol:  # an older compat.confirm: compare() reads its module's RTOL
+            from compat import confirm
 
-        def parallel_run(gen_module, *args, **kwargs):
-            return run(parallel_module(gen_module, ours.tp, ours.pp), *args, **kwargs)
+            confirm.compare.__globals__["RTOL"] = ours.rtol
 
-        harness._confirm_run = parallel_run  # noqa: SLF001
+    def our_run(gen_module, *args, **kwargs):
+        if ours.tp > 1 or ours.pp > 1:
+            gen_module = parallel_module(gen_module, ours.tp, ours.pp)
+        if ours.rtol is not None and takes_rtol:
+            kwargs["rtol"] = ours.rtol
+        return run(gen_module, *args, **kwargs)
+
+    harness._confirm_run = our_run  # noqa: SLF001
     return harness.main(rest)
 
 
