@@ -21,6 +21,8 @@ STATE_DIR = ".specdec-compat"
 MARKERS = {
     "contract": "runs real vLLM on a tiny local model (needs a lane)",
     "proof": "leave-one-out proof of every needed patch (one engine start each)",
+    "mla": "tiny Kimi-K2.5/DeepSeek-V3 (MLA + MoE) through the generator (minutes; not in -m contract)",
+    "parallel": "the generator at TP=2 / PP=2 on CPU (minutes; not in -m contract)",
     "extract": "compat confirm --reference vllm-extract/none runs (extra engine starts; deselect with -m 'not extract')",
 }
 

@@ -23,6 +23,8 @@ CACHE = cache_root()
 def pytest_collection_modifyitems(config, items):
     for item in items:
         if "tests/contract" in str(item.fspath).replace(os.sep, "/"):
+            if item.get_closest_marker("mla") or item.get_closest_marker("parallel"):
+                continue  # slow MLA/TP/PP runs: selected with -m mla / -m parallel, not by -m contract
             item.add_marker(pytest.mark.contract)
 
 
