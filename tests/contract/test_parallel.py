@@ -5,8 +5,8 @@ here: rank 0 on core 0, rank 1 on core 1) and uses gloo for the collectives.
 
 * TP=2: the generator's own ``tensor_parallel_size=2``, so ``collective_rpc`` really talks to
   two workers (``unique_reply_rank=0`` picks rank 0's captures; rank 1 captures nothing).
-  Checked against Hugging Face float32 at the kit's tolerance (tiny Llama), and on the tiny
-  DeepSeek-V3 (MLA + MoE) against HF within the measured CPU-MLA band (test_mla_models.py).
+  Checked against Hugging Face float32 at the kit's tolerance (1e-3), on the tiny Llama and on
+  the tiny DeepSeek-V3 (MLA + MoE, test_mla_models.py).
 * PP=2: speculators exposes no pipeline_parallel_size; mla_harness builds the generator's
   ParallelConfig with ``pipeline_parallel_size=2`` (its module-level name, during
   construction), which is all a user can do.  What happens is recorded in docs/mla-models.md.
@@ -52,7 +52,7 @@ def tp2_deepseek(vllm_installed, tmp_path_factory):
 
     compat()
     return mla_harness(tmp_path_factory.mktemp("tp2-ds") / "r.json", build("deepseek", model_path("deepseek", CACHE)),
-                       "--tp", "2", "--rtol", "1.0", "--calls", "1,11,33")
+                       "--tp", "2", "--rtol", "1e-3", "--calls", "1,11,33")
 
 
 def test_tp2_runs_two_workers_and_matches_hf(tp2_llama):
@@ -66,7 +66,8 @@ def test_tp2_runs_two_workers_and_matches_hf(tp2_llama):
 
 
 def test_tp2_mla_moe_model_within_the_measured_band(tp2_deepseek):
-    """TP=2 shards MLA heads and MoE experts; HF band as in test_mla_models.py (measured <= 0.62)."""
+    """TP=2 shards MLA heads and MoE experts (gloo all-reduce); vs HF float32 at the kit's 1e-3 (see
+    test_mla_models.py: vLLM's own TP=1 forward is within 4.4e-6 of HF on these YaRN models)."""
     run = tp2_deepseek["run"]
     assert run["error"] is None, (run["error"], run.get("worker_log", "")[-3000:])
     problems = [p for c in run["calls"] for p in c["problems"]]
