@@ -684,6 +684,12 @@ def run(args) -> int:
         fillers = [p for c in make_calls((33,), seed=1) for p in c]
         if max(len(p) for c in calls for p in c) >= args.max_model_len:
             return _usage(f"--max-model-len {args.max_model_len} is shorter than the generated prompts (400 tokens)")
+    if args.reference == "vllm-extract":
+        from compat.confirm_extract import missing_reason
+
+        reason = missing_reason()
+        if reason:
+            return _usage(f"--reference vllm-extract: {reason}; use --reference hf or none")
     from compat.confirm_invariants import invariant_calls
 
     batch, repeat = invariant_calls(calls[0], fillers)
@@ -701,7 +707,8 @@ def run(args) -> int:
     report = Report(args, layers)
     report.extra.update(reference=args.reference, dtype=args.dtype, tensor_parallel_size=args.tensor_parallel_size,
                         pipeline_parallel_size=args.pipeline_parallel_size, prompts=args.prompts or "generated",
-                        model=str(args.model), calls_requested=sizes, invariant_calls=checks)
+                        model=str(args.model), calls_requested=sizes, invariant_calls=checks,
+                        prompt_lengths=[[len(p) for p in c] for c in calls])
     timings = report.extra.setdefault("timings", {})
     try:
         with EngineLog(log_path, echo=args.verbose):

