@@ -19,6 +19,12 @@ Modes:
                   cannot show on this CPU (--together) are left out in one shared run that
                   observes, in the engine and its workers, why.  The parent imports vLLM
                   once; vLLM's CPU platform spawns workers, which import the variant from disk.
+    --mode cell   one process for a whole contract cell (``--parts``): the pristine generator (reverted),
+                  the patched one with the runtime checks, bf16, then the proofs.  A patch whose edits lie
+                  only in ``generate()`` (the parent's loop; __init__, the worker and the config identical)
+                  is left out on the patched run's own engine, before it shuts down: the variant's class
+                  drives the live engine, then the full set runs the same calls on it and must match HF.
+                  Every other patch gets its own engine start, as in --proofs.
 
 Every run records the scheduler's steps (tokens per request per step), so a
 claim that prefill was chunked is observed, not assumed.
@@ -370,12 +376,241 @@ def proofs(model, calls, reference, layers, max_batched, only=None, together=())
     return report
 
 
+# -- one process per contract cell ------------------------------------------------
+
+
+def _purge_speculators() -> None:
+    """Forget every imported speculators module: the next import reads the files on disk now."""
+    for name in [n for n in sys.modules if n == "speculators" or n.startswith("speculators.")]:
+        del sys.modules[name]
+
+
+def _kit(*args: str) -> None:
+    import subprocess
+
+    proc = subprocess.run([sys.executable, "-m", "compat.apply", *args], cwd="/", capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise RuntimeError(f"compat.apply {' '.join(args)} -> {proc.returncode}:\n{proc.stdout}\n{proc.stderr}")
+
+
+def _construction_view(source: str) -> str:
+    """The module's AST without what only ``generate()`` uses: every class's ``generate`` method, and the
+    undecorated module-level functions that nothing else in the module refers to (its helpers)."""
+    import ast
+
+    tree = ast.parse(source)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ClassDef):
+            node.body = [n for n in node.body if not (isinstance(n, ast.FunctionDef) and n.name == "generate")]
+    helpers = {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef) and not n.decorator_list}
+    rest = [n for n in tree.body if not (isinstance(n, ast.FunctionDef) and n.name in helpers)]
+    used = {n.id for node in rest for n in ast.walk(node) if isinstance(n, ast.Name)}
+    used |= {n.attr for node in rest for n in ast.walk(node) if isinstance(n, ast.Attribute)}
+    kept, todo = set(), [name for name in helpers if name in used]
+    while todo:  # a helper the construction path uses, and the helpers it uses in turn
+        name = todo.pop()
+        if name not in kept:
+            kept.add(name)
+            todo += [n.id for n in ast.walk(helpers[name]) if isinstance(n, ast.Name) and n.id in helpers]
+    tree.body = [n for n in tree.body if not (isinstance(n, ast.FunctionDef) and n.name in helpers and n.name not in kept)]
+    return ast.dump(tree)
+
+
+def _files(rels) -> dict:
+    from compat.patcher import open_target
+
+    dist = open_target("speculators")
+    return {rel: dist.path(rel).read_bytes() if dist.path(rel).exists() else None for rel in rels}
+
+
+def generate_only(full: dict, variant: dict) -> bool:
+    """The variant differs from the full set only in ``generate()`` of the generator module (and its helpers).
+
+    Then an engine built by the full set's ``__init__`` is the variant's engine too (same code, same
+    config, same worker and config files), and the variant's ``generate`` can drive it.
+    """
+    from compat.layout import GENERATOR
+
+    changed = [rel for rel in full if full[rel] != variant.get(rel)]
+    if changed != [GENERATOR] or full[GENERATOR] is None or variant[GENERATOR] is None:
+        return False
+    return _construction_view(full[GENERATOR].decode()) == _construction_view(variant[GENERATOR].decode())
+
+
+def _load_variant(tag: str):
+    """The generator module as it is on disk now, under its own name (the full set's module stays loaded)."""
+    import importlib.util
+
+    from compat.layout import GENERATOR
+    from compat.patcher import open_target
+
+    name = f"{GEN_MOD}__without_{tag.replace('.', '_')}"
+    spec = importlib.util.spec_from_file_location(name, open_target("speculators").path(GENERATOR))
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def _drive(gen, cls, calls, reference, layers, recorder) -> dict:
+    """Run ``calls`` on the live engine with ``cls``'s methods; compare each with HF (as compat.confirm does)."""
+    from compat.confirm import compare, error_report
+
+    out = {"ok": False, "stage": "generate", "calls": [], "error": None}
+    home = gen.__class__
+    recorder.take()
+    try:
+        gen.__class__ = cls
+        for prompts in calls:
+            t0 = time.monotonic()
+            results = gen.generate(prompts)
+            found = compare(results, prompts, reference, layers)
+            call = {"n": len(prompts), "seconds": round(time.monotonic() - t0, 2), **recorder.take(), **found}
+            call["problems"] = found["problems"][:20]
+            out["calls"].append(call)
+        out["ok"] = all(not c["problems"] for c in out["calls"])
+        out["stage"] = "compared"
+    except Exception as exc:  # noqa: BLE001 - the proof reads it; a dead worker still ends the whole run
+        out["error"] = error_report(exc)
+    finally:
+        gen.__class__ = home
+        _settle(gen)
+    return out
+
+
+def _settle(gen) -> None:
+    """Whatever a failed variant left in the scheduler is aborted, and the captures reset."""
+    from vllm.v1.request import RequestStatus
+
+    left = [rid for rid in list(getattr(gen.scheduler, "requests", {}))]
+    if left:
+        gen.scheduler.finish_requests(left, RequestStatus.FINISHED_ABORTED)
+    gen.executor.collective_rpc("_reset_capture")
+
+
+def shared_proofs(gen, pids, calls, reference, layers, full_files) -> tuple[dict, list]:
+    """Leave each of ``pids`` out on this live engine when its edits lie only in generate(); the rest is returned.
+
+    Each variant is installed by the kit (``compat.apply --exclude``), its generate() drives the engine,
+    then the full set's generate() runs the same calls and must match HF: the engine is healthy and the
+    patch is what fixes it.  A variant whose full-set run fails afterwards is handed back for its own engine.
+    """
+    from compat.confirm import StepRecorder
+
+    runs, rest = {}, []
+    recorder = StepRecorder(gen.scheduler)
+    full_cls = gen.__class__
+    for pid in pids:
+        started = time.monotonic()
+        _kit("--exclude", pid)
+        variant = _files(full_files)
+        if not generate_only(full_files, variant):
+            rest.append(pid)
+            continue
+        offset = os.path.getsize(LOG) if LOG and os.path.exists(LOG) else 0
+        idle = gen.scheduler.get_num_unfinished_requests()
+        run = _drive(gen, _load_variant(pid).VllmHiddenStatesGenerator, calls, reference, layers, recorder)
+        if run["error"] is not None and LOG:
+            from compat.confirm import error_lines
+
+            with open(LOG, "rb") as handle:
+                handle.seek(offset)
+                run["worker_log"] = error_lines(handle.read().decode("utf-8", "replace"))
+        after = _drive(gen, full_cls, calls, reference, layers, recorder)
+        run.update(left_out=[pid], dtype="float32", shared_engine=True, unfinished_before=idle,
+                   seconds=round(time.monotonic() - started, 2),
+                   full_set_after={"ok": after["ok"] and after["error"] is None, "error": after["error"],
+                                   "problems": [p for c in after["calls"] for p in c["problems"]][:20]})
+        if idle == 0 and run["full_set_after"]["ok"]:
+            runs[pid] = run
+        else:
+            rest.append(pid)  # the shared engine cannot vouch for this one: it gets its own
+    _kit()
+    return runs, rest
+
+
+def cell(model, parts, together, max_batched) -> dict:
+    """pristine, patched (+ generate-only proofs on its engine), bf16, proofs: one process, one HF reference."""
+    import hashlib
+    import importlib
+
+    from compat.confirm import error_report
+    from compat.patcher import open_target
+
+    sizes = {"pristine": (1,), "patched": (1, 11, 33, 11), "proofs": (1, 11, 33), "bf16": (11,)}
+    layers = list(range(num_layers(model)))
+    doc = {"layers": layers, "rtol": RTOL, "tolerance": TOLERANCE_RULE, "log": LOG, "parts": list(parts),
+           "static_api": observe_static_api()}  # before speculators is imported (config annotation probe)
+    calls = {part: make_calls(sizes[part]) for part in sizes}
+    prompts = {tuple(p): p for part in calls for c in calls[part] for p in c}
+    started = time.monotonic()
+    reference = hf_reference(model, list(prompts.values()), layers)
+    doc["hf_seconds"] = round(time.monotonic() - started, 2)
+
+    def run_installed(part, after=None, dtype="float32", fresh=True):
+        if fresh:
+            _purge_speculators()
+        try:
+            module = importlib.import_module(GEN_MOD)
+        except BaseException as exc:  # noqa: BLE001
+            return {"ok": False, "stage": "import", "calls": [], "error": error_report(exc)}
+        return run_generator(module, model, calls[part], reference, layers, max_batched, after=after, dtype=dtype)
+
+    _kit("--revert", "--force")
+    doc["pristine"] = {"run": run_installed("pristine")}
+    _kit()
+    surface, decisions = needed_decisions()
+    needed = [d.patch.id for d in decisions]
+    together = [pid for pid in together if pid in needed]
+    singles = [pid for pid in needed if pid not in together]
+    full_files = _files(sorted({rel for d in decisions for rel in d.patch.files(d.variant)}))
+    shared = {}
+    rest = singles
+
+    def after(gen):
+        nonlocal shared, rest
+        if "proofs" in parts:
+            shared, rest = shared_proofs(gen, singles, calls["proofs"], reference, layers, full_files)
+        return observe_engine(gen)
+
+    patched = {"run": run_installed("patched", after=after)}
+    if patched["run"].get("block_size"):
+        patched["request_hashing"] = observe_request_hashing(patched["run"]["block_size"])
+    doc["patched"] = patched
+    if "bf16" in parts:
+        doc["bf16"] = {"run": run_installed("bf16", dtype="bfloat16", fresh=False)}
+    if "proofs" in parts:
+        report = {"surface": surface.fingerprint(), "needed": needed, "runs": dict(shared),
+                  "shared_engine": sorted(shared)}
+        plan = [(pid, (pid,), None) for pid in rest if pid not in shared]
+        if together:
+            plan.append(("+".join(together), tuple(together), observe_reasons))
+        try:
+            for key, left_out, observe in plan:
+                module = install_without(left_out)
+                run = run_generator(module, model, calls["proofs"], reference, layers, max_batched, after=observe)
+                run["left_out"] = list(left_out)
+                report["runs"][key] = run
+        finally:
+            install_without(())
+        dist = open_target("speculators")
+        report["all_files_sha256"] = {
+            rel: hashlib.sha256(dist.path(rel).read_bytes()).hexdigest()
+            for d in decisions for rel in d.patch.files(d.variant)
+        }
+        doc["proofs"] = report
+    _kit()  # the lane is left with every needed patch, whatever ran
+    return doc
+
+
 def main(argv=None) -> int:
     global LOG
     parser = argparse.ArgumentParser()
     parser.add_argument("--model", required=True)
     parser.add_argument("--out", required=True)
-    parser.add_argument("--mode", choices=("installed", "proofs"), default="installed")
+    parser.add_argument("--mode", choices=("installed", "proofs", "cell"), default="installed")
+    parser.add_argument("--parts", default="pristine,patched,bf16,proofs",
+                        help="--mode cell: what to run (pristine and patched always run)")
     parser.add_argument("--calls", default="1,11,33,11")
     parser.add_argument("--max-batched-tokens", type=int, default=96)
     parser.add_argument("--dtype", default="float32", help="the generator's model dtype (bfloat16 to prove the tolerance)")
@@ -385,6 +620,16 @@ def main(argv=None) -> int:
     parser.add_argument("--runtime-checks", action="store_true")
     args = parser.parse_args(argv)
     LOG = args.out + ".vllm.log"
+    import torch
+
+    torch.set_num_threads(1)  # the parent only schedules and compares: two threads spin against the worker's
+    if args.mode == "cell":
+        started = time.monotonic()
+        doc = cell(args.model, args.parts.split(","), args.together, args.max_batched_tokens)
+        doc["seconds"] = round(time.monotonic() - started, 2)
+        with open(args.out, "w") as handle:
+            json.dump(doc, handle, indent=2, default=str)
+        return 0
     calls = make_calls([int(n) for n in args.calls.split(",")])
     layers = list(range(num_layers(args.model)))  # every layer the model has: none skipped
     started = time.monotonic()

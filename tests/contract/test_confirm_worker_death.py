@@ -119,6 +119,7 @@ import psutil
 from compat import confirm
 
 model, doc_path, mark_path, log_path = sys.argv[1:5]
+confirm.DEATH_GRACE_S = 2.0  # vLLM's own error cannot come here (nothing waits on it): the watch steps in after this
 layers = list(range(confirm.num_layers(model)))
 calls = confirm.make_calls((1,))
 reference = confirm.hf_reference(model, [p for c in calls for p in c], layers)

@@ -96,6 +96,16 @@ def _assert_symptom(patch, run):
         )
 
 
+def _assert_shared_engine_fixed(patch, run):
+    """A proof run on the patched run's engine (its edits lie only in generate()): that engine was idle before,
+    and right after, the full set's generate() on the same calls matched HF on it."""
+    if not run.get("shared_engine"):
+        return
+    assert run["unfinished_before"] == 0, f"without {patch.id}: the shared engine held requests before the run"
+    after = run["full_set_after"]
+    assert after["ok"] and after["error"] is None, f"with {patch.id} back, on the same engine: {after}"
+
+
 def _together_run(runs):
     return next((run for run in runs.values() if len(run.get("left_out", ())) > 1 or
                  (run.get("left_out") and run["left_out"][0] in UNOBSERVABLE_ON_CPU)), None)
@@ -115,6 +125,7 @@ def test_every_needed_patch_is_proven(surface, proofs_report):
             if patch.id in MECHANISM:
                 what, seen = MECHANISM[patch.id]
                 assert seen(runs[patch.id]), f"without {patch.id}: not observed that {what}"
+            _assert_shared_engine_fixed(patch, runs[patch.id])
         except (AssertionError, KeyError) as exc:
             failures.append(f"{patch.id}: {type(exc).__name__}: {exc}")
     assert not failures, "\n\n".join(failures)
