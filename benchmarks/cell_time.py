@@ -1,0 +1,108 @@
+"""Wall time of one contract cell: one lane (a vLLM release) with one speculators release, lane already built.
+
+    python3 benchmarks/cell_time.py                       # pinned/0.4.0.1, pinned/0.3.0, seed/0.3.0, once each
+    python3 benchmarks/cell_time.py --runs 6              # cycle through the cells until 6 have run
+    python3 benchmarks/cell_time.py pinned:0.4.0.1 --runs 3
+    python3 benchmarks/cell_time.py --pytest-args "-m 'contract and not proof'"
+
+A cell is the whole contract suite as ``fixtures/lanes.py test`` runs it
+(``python -m pytest -p no:cacheprovider -m contract tests/contract`` inside the
+lane), every engine start and leave-one-out proof included.  What is timed is
+that pytest process only: building the lane, installing the kit and switching
+the lane's speculators happen before the clock starts.  Prints one line per
+cell (wall, pytest's exit code, the 1-minute load average before and after:
+on two shared cores other people's runs inflate every figure), then the
+median per cell and over all runs.  Each lane is left as ``lanes.py test``
+leaves it: its first speculators, patches reverted.  Benchmarks print, never
+assert; the exit code is 1 when a pytest run failed.
+
+Set ``SPECDEC_COMPAT_CACHE`` to use other lane venvs than the default ones.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from fixtures import lanes  # noqa: E402
+
+DEFAULT_CELLS = ("pinned:0.4.0.1", "pinned:0.3.0", "seed:0.3.0")
+
+
+def parse_cell(text: str) -> tuple[str, str]:
+    name, _, version = text.partition(":")
+    if name not in lanes.LANES:
+        raise argparse.ArgumentTypeError(f"unknown lane {name!r} (lanes: {', '.join(lanes.LANES)})")
+    item = lanes.LANES[name]
+    version = version or item.speculators[0]
+    if version not in item.speculators:
+        raise argparse.ArgumentTypeError(f"lane {name} tests speculators {', '.join(item.speculators)}, not {version}")
+    return name, version
+
+
+def time_cell(item, version: str, steps, pytest_args: list[str]) -> dict:
+    lanes.use_speculators(item, version, steps)  # reverts the kit's patches first: every cell starts pristine
+    cmd = [str(item.bin / "python"), "-m", "pytest", "-p", "no:cacheprovider", "-m", "contract", "-q",
+           "--durations=8", *pytest_args, "tests/contract"]
+    load_before = os.getloadavg()[0]
+    started = time.monotonic()
+    proc = subprocess.run(cmd, cwd=ROOT, env=lanes.lane_env(item), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                          text=True)
+    wall = time.monotonic() - started
+    tail = [line for line in proc.stdout.splitlines() if line.strip()][-12:]
+    return {"lane": item.name, "speculators": version, "wall": wall, "exit": proc.returncode,
+            "load_before": load_before, "load_after": os.getloadavg()[0], "tail": tail}
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("cells", nargs="*", type=parse_cell, metavar="LANE[:SPECULATORS]",
+                        help=f"default: {' '.join(DEFAULT_CELLS)}")
+    parser.add_argument("--runs", type=int, default=3, help="cells run in total, cycling through CELLS (default 3)")
+    parser.add_argument("--pytest-args", default="", help="extra pytest arguments, one shell-quoted string")
+    parser.add_argument("--quiet", action="store_true", help="no pytest tail after each cell")
+    args = parser.parse_args(argv)
+    cells = args.cells or [parse_cell(c) for c in DEFAULT_CELLS]
+    extra = shlex.split(args.pytest_args)
+    steps = {}
+    for name in dict.fromkeys(name for name, _ in cells):
+        item = lanes.build(lanes.LANES[name])
+        steps[name] = lanes.Steps(f"cell timing in lane {name}", item.log)
+        lanes.install_kit(item, steps[name])
+    results = []
+    try:
+        for index in range(max(args.runs, 1)):
+            name, version = cells[index % len(cells)]
+            print(f"== cell {index + 1}/{args.runs}: lane {name}, speculators {version}", flush=True)
+            result = time_cell(lanes.LANES[name], version, steps[name], extra)
+            results.append(result)
+            if not args.quiet:
+                print("\n".join("   " + line for line in result["tail"]), flush=True)
+            print(f"   wall {result['wall']:.1f} s, pytest exit {result['exit']}, load {result['load_before']:.2f} -> "
+                  f"{result['load_after']:.2f}", flush=True)
+    finally:
+        for name in steps:
+            lanes.restore_default(lanes.LANES[name], steps[name])
+    print(f"\n{'cell':24} {'wall s':>8} {'exit':>5} {'load before/after':>18}")
+    for r in results:
+        print(f"{r['lane'] + '/' + r['speculators']:24} {r['wall']:8.1f} {r['exit']:5} "
+              f"{r['load_before']:8.2f} / {r['load_after']:.2f}")
+    for cell in dict.fromkeys((r["lane"], r["speculators"]) for r in results):
+        walls = [r["wall"] for r in results if (r["lane"], r["speculators"]) == cell]
+        print(f"median {cell[0]}/{cell[1]}: {statistics.median(walls):.1f} s over {len(walls)} run(s)")
+    print(f"median over all {len(results)} cell(s): {statistics.median(r['wall'] for r in results):.1f} s "
+          f"(machine: {os.cpu_count()} cores)")
+    return 1 if any(r["exit"] for r in results) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
