@@ -52,6 +52,11 @@ def _run(args, timeout=1500):
     return proc
 
 
+def _json_line(stdout: str) -> dict:
+    """The JSON line a fixtures.tiny_mla command prints (vLLM's shutdown logs may follow it on stdout)."""
+    return json.loads(next(line for line in reversed(stdout.splitlines()) if line.startswith("{")))
+
+
 def mla_harness(out: Path, model: str, *args: str) -> dict:
     _run(["-m", "tests.contract.mla_harness", "--model", model, "--out", str(out), *args])
     return json.loads(out.read_text())
@@ -79,7 +84,7 @@ def vllm_ref(kind, mla_models, tmp_path_factory):
     if kind not in _REFS:
         out = tmp_path_factory.mktemp(f"ref-{kind}") / "ref.pt"
         proc = _run(["-m", "fixtures.tiny_mla", "vllm-ref", mla_models[kind], str(out), "--calls", "1,11"])
-        _REFS[kind] = (str(out), json.loads(proc.stdout.strip().splitlines()[-1]))
+        _REFS[kind] = (str(out), _json_line(proc.stdout))
     return _REFS[kind]
 
 
@@ -103,7 +108,7 @@ def test_vllm_cpu_rotary_kernel_on_mla_q_slice(vllm_installed):
     3-D error is 0, vLLM fixed its kernel: record from which release in docs/mla-models.md.
     """
     proc = _run(["-m", "fixtures.tiny_mla", "rope-check"], timeout=600)
-    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    got = _json_line(proc.stdout)
     assert got["k_pe_max_abs_err"] < 1e-5 and got["q_2d_flat_max_abs_err"] < 1e-5, got
     assert got["q_3d_slice_max_abs_err"] > 1.0 and got["rotated_rows_are_the_first_tokens_rows"], got
 
@@ -120,7 +125,7 @@ def test_vllm_own_forward_does_not_depend_on_the_batch(kind, mla_models):
     step vs one per step, every layer.  Measured <= 7e-7 (YaRN models); 0.54 at layer 0 with the
     default rope (the kernel bug above), which the generator's captures had faithfully reproduced."""
     proc = _run(["-m", "fixtures.tiny_mla", "batch", mla_models[kind], "--calls", "1,11"])
-    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    got = _json_line(proc.stdout)
     assert max(got["requests_per_step"]) > 1, got  # really batched
     assert max(got["batched_vs_alone_rel_diff_per_layer"]) <= TIGHT, got
 
