@@ -479,12 +479,19 @@ def _drive(gen, cls, calls, reference, layers, recorder) -> dict:
 
 
 def _settle(gen) -> None:
-    """Whatever a failed variant left in the scheduler is aborted, and the captures reset."""
+    """Whatever a failed variant left is cleared: its requests aborted, a step it executed without sampling
+    sampled (vLLM >= 0.11.1 refuses the next step otherwise), the captures reset.  The full set's run that
+    follows on the same engine is what shows the engine healthy again."""
     from vllm.v1.request import RequestStatus
 
-    left = [rid for rid in list(getattr(gen.scheduler, "requests", {}))]
+    left = list(getattr(gen.scheduler, "requests", {}))
     if left:
         gen.scheduler.finish_requests(left, RequestStatus.FINISHED_ABORTED)
+    if hasattr(gen.executor, "sample_tokens"):
+        try:
+            gen.executor.sample_tokens(None)  # nothing pending: an empty output
+        except Exception:  # noqa: BLE001, S110 - the full set's run after it judges the engine
+            pass
     gen.executor.collective_rpc("_reset_capture")
 
 
@@ -493,7 +500,7 @@ def shared_proofs(gen, pids, calls, reference, layers, full_files) -> tuple[dict
 
     Each variant is installed by the kit (``compat.apply --exclude``), its generate() drives the engine,
     then the full set's generate() runs the same calls and must match HF: the engine is healthy and the
-    patch is what fixes it.  A variant whose full-set run fails afterwards is handed back for its own engine.
+    patch is what fixes it.  When that full-set run fails, this variant and every later one get their own engine.
     """
     from compat.confirm import StepRecorder
 
@@ -523,8 +530,9 @@ def shared_proofs(gen, pids, calls, reference, layers, full_files) -> tuple[dict
                                    "problems": [p for c in after["calls"] for p in c["problems"]][:20]})
         if idle == 0 and run["full_set_after"]["ok"]:
             runs[pid] = run
-        else:
-            rest.append(pid)  # the shared engine cannot vouch for this one: it gets its own
+        else:  # the shared engine cannot vouch for this one, nor for what follows: each gets its own
+            rest += pids[pids.index(pid):]
+            break
     _kit()
     return runs, rest
 

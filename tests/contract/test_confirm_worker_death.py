@@ -64,7 +64,8 @@ def _kill_tree(pid: int) -> None:
             pass
 
 
-def test_confirm_exits_fast_with_a_verdict_when_a_worker_is_killed(patched, tmp_path):
+def test_confirm_exits_fast_with_a_verdict_when_a_worker_is_killed(patched, busy_run, tmp_path):
+    """``busy_run`` only starts the other kill test's process, to overlap with this one."""
     log, doc_path = tmp_path / "vllm.log", tmp_path / "confirm.json"
     proc = subprocess.Popen([sys.executable, "-m", "compat.confirm", "--model", patched, "--log", str(log),
                              "--json-file", str(doc_path), "--calls", CALLS],
@@ -143,17 +144,45 @@ sys.exit(3)
 """
 
 
-def test_the_watch_ends_a_run_whose_main_thread_is_not_waiting_on_vllm(patched, tmp_path):
-    doc_path, mark, log = tmp_path / "doc.json", tmp_path / "killed.json", tmp_path / "vllm.log"
-    proc = subprocess.Popen([sys.executable, "-c", BUSY_ELSEWHERE, patched, str(doc_path), str(mark), str(log)],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd="/")
-    try:
-        out, _ = proc.communicate(timeout=600)
-    except subprocess.TimeoutExpired:
-        _kill_tree(proc.pid)
-        proc.communicate(timeout=30)
-        pytest.fail("the run did not end after its worker was killed (hang)")
-    ended = time.time()
+class BusyRun:
+    """BUSY_ELSEWHERE in its own process, started early: it runs while the command-line kill test runs (both
+    need only the patched lane, and two engine starts overlap on two cores); a thread notes when it ends."""
+
+    def __init__(self, model: str, where):
+        self.doc_path, self.mark, self.log = where / "doc.json", where / "killed.json", where / "vllm.log"
+        self.proc = subprocess.Popen([sys.executable, "-c", BUSY_ELSEWHERE, model, str(self.doc_path), str(self.mark),
+                                      str(self.log)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                     cwd="/")
+        self.out, self.ended = "", None
+        self.thread = threading.Thread(target=self._wait, daemon=True)
+        self.thread.start()
+
+    def _wait(self) -> None:
+        self.out = self.proc.stdout.read()
+        self.proc.wait()
+        self.ended = time.time()
+
+    def result(self, timeout: float = 600):
+        self.thread.join(timeout)
+        if self.ended is None:
+            _kill_tree(self.proc.pid)
+            self.proc.wait(timeout=30)
+            pytest.fail("the run did not end after its worker was killed (hang)")
+        return self.proc, self.out, self.ended
+
+
+@pytest.fixture(scope="module")
+def busy_run(tiny_model, tmp_path_factory):
+    compat()  # the generator must start on this lane; idempotent after patched_report
+    run = BusyRun(tiny_model, tmp_path_factory.mktemp("busy"))
+    yield run
+    if run.proc.poll() is None:
+        _kill_tree(run.proc.pid)
+
+
+def test_the_watch_ends_a_run_whose_main_thread_is_not_waiting_on_vllm(busy_run):
+    proc, out, ended = busy_run.result()
+    doc_path, mark, log = busy_run.doc_path, busy_run.mark, busy_run.log
     assert mark.exists(), f"the engine never ran the after hook ({proc.returncode}):\n{out[-3000:]}"
     killed = json.loads(mark.read_text())
     took = ended - killed["killed_at"]
