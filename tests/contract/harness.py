@@ -98,9 +98,14 @@ def observe_static_api() -> dict:
         seen["scheduler_config.async_scheduling_default"] = "None->auto-on" if default is None else repr(default)
     else:
         seen["scheduler_config.async_scheduling_default"] = "absent"
+    accepted = inspect.signature(SchedulerConfig).parameters  # InitVars included; 0.11.0 has no is_encoder_decoder
     for name in ("max_model_len", "is_encoder_decoder"):
+        if name not in accepted:
+            seen[f"scheduler_config.{name}"] = "absent"
+            continue
         try:
-            SchedulerConfig(**{k: v for k, v in (("max_model_len", 512), ("is_encoder_decoder", False)) if k != name})
+            SchedulerConfig(**{k: v for k, v in (("max_model_len", 512), ("is_encoder_decoder", False))
+                               if k != name and k in accepted})
             seen[f"scheduler_config.{name}"] = "optional"
         except TypeError:
             seen[f"scheduler_config.{name}"] = "required"

@@ -69,6 +69,8 @@ class Change:
     latest: tuple = ()  # Evidence that the newest release still has the change, where ``vllm``'s text was refactored
 
 
+#: speculators 0.3.0 slices the concatenated captures by prompt length in input order (0.4.x tracks each request)
+SLICES_BY_PROMPT_LENGTH = r"offset \+= seq_len"
 BOTH = frozenset({"0.3.0", "0.4.x"})
 ONLY_3 = frozenset({"0.3.0"})
 ONLY_4 = frozenset({"0.4.x"})
@@ -97,6 +99,10 @@ CHANGES = (
            (Evidence("vllm/model_executor/models/llama.py", r"def embed_input_ids\("),
             Evidence("vllm/model_executor/models/llama.py", r"def get_input_embeddings\(", appears=False)),
            Evidence(WORKER, r"get_input_embeddings\(")),
+    Change("speculators.generator.no_chunked_prefill", "0.11.1", ONLY_3,
+           "SchedulerConfig.enable_chunked_prefill defaults to True (0.11.0: None, off for a directly built config)",
+           (Evidence("vllm/config/scheduler.py", r"\n    enable_chunked_prefill: bool = True\n"),),
+           Evidence(GENERATOR, SLICES_BY_PROMPT_LENGTH)),
     Change("vllm.kv_config.from_groups_drops_kv_cache_specs", "0.12.0", ONLY_3,
            "get_kv_cache_config_from_groups() lost its kv_cache_specs parameter",
            (Evidence(KV_UTILS, r"def get_kv_cache_config_from_groups\([^)]*kv_cache_specs", appears=False),),
@@ -137,6 +143,31 @@ CHANGES = (
            Evidence(GENERATOR, r"from vllm\.v1\.core\.kv_cache_utils import \([^)]*get_kv_cache_config_from_groups")),
 )
 
+
+
+@dataclass(frozen=True)
+class End:
+    """An upstream vLLM change that ends a bug: the patch is needed below ``release`` (from the floor) only."""
+
+    patch: str
+    since: str  # first release with the old behaviour the bug needs (before it the code differs)
+    release: str  # first release with the change: the patch is not needed from here on
+    generators: frozenset
+    what: str
+    vllm: tuple
+    speculators: Evidence
+    began: tuple  # Evidence at ``since`` against the release before
+
+
+ENDS = (
+    End("speculators.generator.captures_in_step_order", "0.9.2", "0.12.0", ONLY_3,
+        "Scheduler.schedule: a waiting prompt over the token budget with chunking off stops the step (break); "
+        "before, it was skipped (continue), later prompts ran first and the skipped ones were re-queued reversed",
+        (Evidence(SCHEDULER, r"# If chunked_prefill is disabled,"),),
+        Evidence(GENERATOR, SLICES_BY_PROMPT_LENGTH),
+        (Evidence(SCHEDULER, r"if not self\.scheduler_config\.chunked_prefill_enabled and"),)),
+)
+
 #: Model Runner V2 is chosen from VLLM_USE_V2_MODEL_RUNNER: 0.12-0.21 the GPU worker reads it (unset = V1);
 #: from 0.22 VllmConfig.use_v2_model_runner reads it first, so "0" also opts out of the default.
 V2_ENV = "VLLM_USE_V2_MODEL_RUNNER"
@@ -165,7 +196,7 @@ STEADY = {
     ),
 }
 OWN_BUGS = {
-    "0.3.0": ALWAYS | {"speculators.worker.language_model_wrappers", "speculators.generator.no_chunked_prefill"},
+    "0.3.0": ALWAYS | {"speculators.worker.language_model_wrappers"},
     "0.4.x": ALWAYS | {"speculators.generator.results_in_input_order", "speculators.generator.release_finished_prefills",
                        "speculators.worker.pipeline_parallel_captures"},
 }
@@ -178,7 +209,9 @@ def supported(version: str, variant: str) -> bool:
 def expected_needed(version: str, variant: str) -> set[str]:
     """Patches needed by ``variant`` on ``version`` with transformers 4 and no opt-in, from the table alone."""
     changed = {c.patch for c in CHANGES if variant in c.generators and Version(version) >= Version(c.release)}
-    return OWN_BUGS[variant] | changed
+    ending = {e.patch for e in ENDS
+              if variant in e.generators and Version(e.since) <= Version(version) < Version(e.release)}
+    return OWN_BUGS[variant] | changed | ending
 
 
 def reachable_from(change: Change) -> str:
@@ -224,7 +257,7 @@ def test_every_release_is_shipped():
 
 def test_table_names_every_patch():
     ids = {p.id for p in load_patches()}
-    tabled = {c.patch for c in CHANGES} | OWN_BUGS["0.3.0"] | OWN_BUGS["0.4.x"]
+    tabled = {c.patch for c in (*CHANGES, *ENDS)} | OWN_BUGS["0.3.0"] | OWN_BUGS["0.4.x"]
     assert ids - tabled == {"deps.transformers5_config_torch_annotation"}, ids ^ tabled
 
 
@@ -375,6 +408,8 @@ def _shows(archive: Path, evidence: Evidence) -> bool:
 
 POINTS = [(c.patch, c.release, c.vllm) for c in CHANGES]
 POINTS += [(f"{c.patch} (opt-in)", *c.reachable) for c in CHANGES if c.reachable]
+POINTS += [(f"{e.patch} (ends)", e.release, e.vllm) for e in ENDS]
+POINTS += [(f"{e.patch} (begins)", e.since, e.began) for e in ENDS]
 POINTS += [("VLLM_USE_V2_MODEL_RUNNER opt-out", *V2_OPT_OUT)]
 POINTS += [("Model Runner V2 default for every model", "0.29.0",
             Evidence("vllm/config/vllm.py", r"_is_default_v2_model_runner_model\(\)", appears=False))]
@@ -400,6 +435,14 @@ def test_no_change_was_undone(change):
         assert _shows(newest, ev) == ev.appears, f"{RELEASES[-1]} {ev.file}: {ev.pattern!r} appears={not ev.appears}"
 
 
+@pytest.mark.parametrize("end", ENDS, ids=lambda e: e.patch)
+def test_no_end_was_undone(end):
+    """The newest release still has the change that ended the bug."""
+    newest = _vllm_wheel(RELEASES[-1])
+    for ev in end.vllm:
+        assert _shows(newest, ev) == ev.appears, f"{RELEASES[-1]} {ev.file}: {ev.pattern!r} appears={not ev.appears}"
+
+
 @pytest.mark.parametrize("patch", STEADY)
 def test_steady_facts(patch):
     """An ALWAYS patch's vLLM facts hold on the oldest floor and the newest release."""
@@ -410,7 +453,7 @@ def test_steady_facts(patch):
             assert found == ev.appears, f"{release} {ev.file}: {ev.pattern!r}"
 
 
-@pytest.mark.parametrize("change", CHANGES, ids=lambda c: c.patch)
+@pytest.mark.parametrize("change", (*CHANGES, *ENDS), ids=lambda c: c.patch)
 def test_generator_evidence(change):
     """The generators listed for a change are exactly those whose code trips on it."""
     from fixtures.wheels import wheel

@@ -397,6 +397,16 @@ CORPUS = {
     "request.pooling_params": [("0.32.0", m) for m in _request_mutations()],
     "scheduler.block_size": [("0.32.0", m) for m in _scheduler_mutations()],
     "scheduler.hash_block_size": [("0.32.0", m) for m in _scheduler_mutations()] + [("0.17.0", m) for m in _scheduler_mutations()],
+    "scheduler_config.chunked_prefill_default": [
+        (release, m) for release in ("0.11.0", "0.32.0")
+        for m in _config_field_mutations(SCHEDULER_CONFIG, "SchedulerConfig", ["enable_chunked_prefill"])],
+    "scheduler.prompt_over_budget_without_chunking": [
+        (release, m) for release in ("0.11.0", "0.32.0") for m in (
+            to_base(SCHEDULER, "Scheduler", ["schedule"]),
+            decorate(SCHEDULER, "Scheduler", "schedule"),
+            move(SCHEDULER, ["Scheduler"], "vllm/v1/core/sched/scheduler_impl.py", reexport=True),
+            method_to_function(SCHEDULER, "Scheduler", "schedule", "vllm/v1/core/sched/schedule_fn.py"),
+        )],
     "scheduler_config.max_model_len": [("0.32.0", m) for m in _config_field_mutations(SCHEDULER_CONFIG, "SchedulerConfig", ["max_model_len"])],
     "scheduler_config.is_encoder_decoder": [
         ("0.32.0", m) for m in _config_field_mutations(SCHEDULER_CONFIG, "SchedulerConfig", ["is_encoder_decoder"])

@@ -29,6 +29,11 @@ EXPECTED = {
     "scheduler.block_size": ["absent"] + ["required"] * 8,
     # 0.20.0: Scheduler(hash_block_size=None)
     "scheduler.hash_block_size": ["absent"] * 5 + ["optional"] * 4,
+    # 0.12.0: a waiting prompt over the token budget with chunking off stops the step (`break`); before, it
+    # was skipped (`continue`) and later prompts ran first (vllm/v1/core/sched/scheduler.py Scheduler.schedule)
+    "scheduler.prompt_over_budget_without_chunking": ["skipped"] * 2 + ["stops"] * 7,
+    # 0.11.1: SchedulerConfig.enable_chunked_prefill defaults to True (was None: off when built directly)
+    "scheduler_config.chunked_prefill_default": ["None"] + ["True"] * 8,
     # 0.11.1: collective_rpc(unique_reply_rank=) returns a single value
     "executor.collective_rpc.unique_reply_rank": ["list"] + ["single"] * 8,
     # 0.11.1: execute_model returns None; sample_tokens must follow
