@@ -186,7 +186,10 @@ def _v2_chosen(vllm_config, env_unset: bool):
     import importlib
     import importlib.util
 
-    if importlib.util.find_spec("vllm.v1.worker.gpu.model_runner") is None:
+    try:
+        if importlib.util.find_spec("vllm.v1.worker.gpu.model_runner") is None:
+            return None
+    except ModuleNotFoundError:  # find_spec imports the parents: vllm.v1.worker.gpu is absent before 0.12
         return None
     saved_env = os.environ.pop("VLLM_USE_V2_MODEL_RUNNER", None) if env_unset else None
     try:
