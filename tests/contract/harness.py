@@ -168,13 +168,25 @@ def observe_config_torch_annotation() -> str:
     torch_ones = {k: v for k, v in annotations.items() if "torch." in (v if isinstance(v, str) else repr(v))}
     if not torch_ones:
         return "none"
-    for text in torch_ones.values():
-        if isinstance(text, str):
+    for annotation in torch_ones.values():
+        for text in _forward_texts(annotation):
             try:
                 eval(text, vars(module))  # noqa: S307 - the library's own annotation text
             except NameError:
                 return "unresolvable"
     return "resolvable"
+
+
+def _forward_texts(annotation) -> list[str]:
+    """The strings pydantic must evaluate: a str annotation, or the ForwardRefs inside Union[..., "torch.x"]
+    (transformers 5.17 on Python 3.12: Union[str, ForwardRef('torch.dtype'), None], torch only if TYPE_CHECKING)."""
+    import typing
+
+    if isinstance(annotation, str):
+        return [annotation]
+    if isinstance(annotation, typing.ForwardRef):
+        return [annotation.__forward_arg__]
+    return [text for arg in typing.get_args(annotation) for text in _forward_texts(arg)]
 
 
 def _v2_chosen(vllm_config, env_unset: bool):
