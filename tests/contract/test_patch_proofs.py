@@ -59,6 +59,9 @@ UNOBSERVABLE_ON_CPU = {
         "Model Runner V2 requires Triton, which this CPU lane lacks: the workers run V1", _v1_runner),
     "speculators.worker.pipeline_parallel_captures": (
         "the generator exposes no pipeline_parallel_size: one stage, nothing to lose", _single_pipeline_stage),
+    "speculators.generator.kv_cache_config_per_rank": (
+        "one pipeline stage: every rank holds every layer, one config fits all (PP=2: test_parallel.py)",
+        _single_pipeline_stage),
     "platform.workers_spawned_after_cuda_touch": (
         "vLLM's CPU platform spawns its workers itself; only a fork after touching CUDA breaks", _workers_spawned),
     "speculators.worker.language_model_wrappers": (

@@ -196,9 +196,9 @@ STEADY = {
     ),
 }
 OWN_BUGS = {
-    "0.3.0": ALWAYS | {"speculators.worker.language_model_wrappers"},
+    "0.3.0": ALWAYS | {"speculators.worker.language_model_wrappers", "speculators.generator.kv_cache_config_per_rank"},
     "0.4.x": ALWAYS | {"speculators.generator.results_in_input_order", "speculators.generator.release_finished_prefills",
-                       "speculators.worker.pipeline_parallel_captures"},
+                       "speculators.worker.pipeline_parallel_captures", "speculators.generator.kv_cache_config_per_rank"},
 }
 
 
