@@ -16,6 +16,16 @@ this module only rebinds three of its names before calling its main():
   generator's own argument); ``--pp`` builds the generator's ParallelConfig with
   ``pipeline_parallel_size`` (speculators exposes no argument for it, so this is how a
   user must do it: its module-level ``ParallelConfig`` name, during construction only).
+
+``--pp-buffers`` (with ``--pp`` > 1) works around a vLLM CPU bug, not a generator one: a
+non-first pipeline stage receives the previous stage's tensors into
+``model_runner.intermediate_tensors``, which vLLM allocates only in ``_dummy_run`` (the GPU
+worker's memory profile and warm-up).  vLLM's CPU worker skips that run in eager mode with an
+explicit KV size, so stage 1 fails its first step with ``assert self.intermediate_tensors is not
+None`` (``sync_and_gather_intermediate_tensors``), in plain ``vllm.LLM(pipeline_parallel_size=2,
+enforce_eager=True)`` as well; the generator hard-codes ``enforce_eager=True``.  The flag
+allocates that buffer in each worker exactly as ``_dummy_run`` does, after the generator's
+``__init__``; nothing of the generator changes.
 """
 
 from __future__ import annotations
@@ -23,13 +33,42 @@ from __future__ import annotations
 import argparse
 import functools
 import inspect
+import json
 import sys
 import types
 
 from tests.contract import harness
 
 
-def parallel_module(gen_module, tp: int, pp: int):
+def allocate_pp_buffers(worker) -> bool:
+    """In a vLLM worker (collective_rpc): the receive buffer of a non-first pipeline stage, as _dummy_run makes it."""
+    from vllm.distributed import get_pp_group
+
+    runner = worker.model_runner
+    if get_pp_group().is_first_rank or getattr(runner, "intermediate_tensors", False) is not None:
+        return False
+    runner.intermediate_tensors = runner.model.make_empty_intermediate_tensors(
+        batch_size=runner.max_num_tokens, dtype=runner.model_config.dtype, device=runner.device)
+    return True
+
+
+def stage_facts(worker) -> dict:
+    """In a vLLM worker (collective_rpc): its ranks, the decoder layers its stage holds and those it captures."""
+    from vllm.distributed import get_pp_group, get_tp_group
+
+    model = worker.model_runner.model
+    base = model.get_language_model().model if hasattr(model, "get_language_model") else model.model
+    held = list(range(base.start_layer, base.end_layer))
+    return {"pp_rank": get_pp_group().rank_in_group, "tp_rank": get_tp_group().rank_in_group, "layers": held,
+            "capture_layers": sorted(set(held) & set(getattr(worker, "_layer_ids", ()))),
+            "receive_buffer": getattr(worker.model_runner, "intermediate_tensors", None) is not None}
+
+
+#: stage_facts of every rank, one list per engine this process started at PP > 1 (written into the report)
+STAGES: list = []
+
+
+def parallel_module(gen_module, tp: int, pp: int, pp_buffers: bool = False):
     """A stand-in for the generator module whose class runs at TP=tp, PP=pp (nothing else changed)."""
     base = gen_module.VllmHiddenStatesGenerator
 
@@ -45,6 +84,9 @@ def parallel_module(gen_module, tp: int, pp: int):
                 super().__init__(*args, **kwargs)
             finally:
                 gen_module.ParallelConfig = original
+            if pp_buffers:
+                self.executor.collective_rpc(allocate_pp_buffers)
+            STAGES.append(self.executor.collective_rpc(stage_facts))
 
     Parallel.__init__.__signature__ = inspect.signature(base.__init__)
     Parallel.__name__ = Parallel.__qualname__ = base.__name__
@@ -70,6 +112,7 @@ def main(argv=None) -> int:
     parser.add_argument("--rtol", type=float)
     parser.add_argument("--tp", type=int, default=1)
     parser.add_argument("--pp", type=int, default=1)
+    parser.add_argument("--pp-buffers", action="store_true", help="allocate stage 1's receive buffer (vLLM CPU bug)")
     parser.add_argument("--vllm-ref")
     ours, rest = parser.parse_known_args(argv)
 
@@ -90,13 +133,21 @@ def main(argv=None) -> int:
 
     def our_run(gen_module, *args, **kwargs):
         if ours.tp > 1 or ours.pp > 1:
-            gen_module = parallel_module(gen_module, ours.tp, ours.pp)
+            gen_module = parallel_module(gen_module, ours.tp, ours.pp, ours.pp_buffers)
         if ours.rtol is not None and takes_rtol:
             kwargs["rtol"] = ours.rtol
         return run(gen_module, *args, **kwargs)
 
     harness._confirm_run = our_run  # noqa: SLF001
-    return harness.main(rest)
+    code = harness.main(rest)
+    if ours.pp > 1:
+        out = rest[rest.index("--out") + 1]
+        with open(out) as handle:
+            doc = json.load(handle)
+        doc["pp_stages"] = STAGES
+        with open(out, "w") as handle:
+            json.dump(doc, handle, indent=2, default=str)
+    return code
 
 
 if __name__ == "__main__":

