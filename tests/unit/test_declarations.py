@@ -74,3 +74,71 @@ def test_pipeline_stage_merge_keeps_layer_order(pristine):
     replies = [{"a": ["L1"], "b": ["L1b"]}, None, {"a": ["L3"], "b": ["L3b"]}, None]
     assert merge(replies) == {"a": ["L1", "L3"], "b": ["L1b", "L3b"]}
     assert merge([None, None]) is None
+
+
+def _per_rank_helpers(pristine, variant: str, planner):
+    """p35's two helpers, compiled from the patched generator text, with ``planner`` as vLLM's planner."""
+    import ast
+
+    patch = next(p for p in PATCHES if p.id == "speculators.generator.kv_cache_config_per_rank")
+    text = compose(pristine[variant], variant, [patch])["speculators/data_generation/vllm_hidden_states_generator.py"]
+    wanted = {"_merged_kv_cache_spec", "_kv_cache_configs_per_rank"}
+    fns = [n for n in ast.parse(text).body if isinstance(n, ast.FunctionDef) and n.name in wanted]
+    namespace: dict = {"get_kv_cache_config_from_groups": planner}
+    exec(compile(ast.Module(fns, []), "per_rank", "exec"), namespace)  # noqa: S102
+    return namespace["_merged_kv_cache_spec"], namespace["_kv_cache_configs_per_rank"]
+
+
+@pytest.mark.parametrize("variant,old_planner", [("0.4.x", False), ("0.3.0", False), ("0.3.0", True)])
+def test_kv_cache_config_per_rank(pristine, variant, old_planner):
+    """p35 on its own: one config per rank from the layers that rank holds, every rank at the smallest block
+    count (through the planner's own override), the scheduler a copy of rank 0's; one stage: unchanged."""
+    from dataclasses import dataclass, field
+    from types import SimpleNamespace
+
+    @dataclass
+    class Group:
+        layer_names: list
+        kv_cache_spec: str
+
+    @dataclass
+    class Config:
+        num_blocks: int
+        kv_cache_tensors: list
+        kv_cache_groups: list = field(default_factory=list)
+
+    calls = []
+
+    def planner(vllm_config, kv_cache_groups, available_memory, **extra):  # 1 byte per layer per block
+        calls.append(extra)
+        layers = [n for g in kv_cache_groups for n in g.layer_names]
+        blocks = vllm_config.cache_config.num_gpu_blocks_override or available_memory // len(layers)
+        return Config(blocks, [(n, blocks) for n in layers], kv_cache_groups)
+
+    if old_planner:  # vLLM < 0.12 also takes the layers' specs
+        def old(vllm_config, kv_cache_groups, kv_cache_specs, available_memory):
+            return planner(vllm_config, kv_cache_groups, available_memory, kv_cache_specs=kv_cache_specs)
+        merge, per_rank = _per_rank_helpers(pristine, variant, old)
+    else:
+        merge, per_rank = _per_rank_helpers(pristine, variant, planner)
+    vllm_config = SimpleNamespace(cache_config=SimpleNamespace(num_gpu_blocks_override=None))
+    # PP=2 x TP=1, 5 layers split 3 / 2: stage 1 could hold 60 blocks, stage 0 only 40
+    specs = [{"l0": "full", "l1": "full", "l2": "full"}, {"l3": "full", "l4": "full"}]
+    merged = merge(specs)
+    assert list(merged) == ["l0", "l1", "l2", "l3", "l4"]
+    groups = [Group(list(merged), "full")]
+    whole = planner(vllm_config, groups, 120)
+    scheduler, configs = per_rank(vllm_config, whole, groups, merged, specs, 120)
+    assert [c.num_blocks for c in configs] == [40, 40] and scheduler.num_blocks == 40
+    assert [[n for n, _ in c.kv_cache_tensors] for c in configs] == [["l0", "l1", "l2"], ["l3", "l4"]]
+    assert [c.kv_cache_groups[0].layer_names for c in configs] == [["l0", "l1", "l2"], ["l3", "l4"]]
+    assert scheduler is not configs[0] and scheduler.kv_cache_groups[0].layer_names == ["l0", "l1", "l2"]
+    assert vllm_config.cache_config.num_gpu_blocks_override is None  # restored
+    if old_planner:
+        assert calls[-1] == {"kv_cache_specs": {"l3": "full", "l4": "full"}}
+    # one stage (TP=2): the generator's single config for both ranks, as before
+    tp = [{"l0": "full", "l1": "full"}, {"l0": "full", "l1": "full"}]
+    one = planner(vllm_config, [Group(["l0", "l1"], "full")], 100)
+    assert per_rank(vllm_config, one, [Group(["l0", "l1"], "full")], merge(tp), tp, 100) == (one, [one, one])
+    with pytest.raises(ValueError, match="differ across workers"):
+        merge([{"l0": "full"}, {"l0": "sliding"}])
