@@ -27,6 +27,8 @@ def render() -> str:
     patches = load_patches()
     for p in patches:
         when = "; ".join(f"`{k}` in {', '.join(map(str, v))}" for k, v in p.requires.items()) or "always"
+        if p.retired:
+            when = f"never: **retired** (was: {when})"
         cells = [f"`{p.id}`", p.title, when, ", ".join(sorted(p.edits)), p.upstream, p.removal]
         lines.append("| " + " | ".join(c.replace("|", "\\|").replace("\n", " ") for c in cells) + " |")
     lines.append("")
@@ -34,13 +36,15 @@ def render() -> str:
         lines += [f"## `{p.id}`", "", f"**Why.** {p.why}", "", f"**How.** {p.how}", ""]
         if p.symptom:
             lines += ["**Symptom without it.** " + " or ".join(f"`{x}`" for x in p.symptoms), ""]
+        if p.retired:
+            lines += [f"**Retired.** {p.retired}", ""]
         lines += [f"**Upstream.** {p.upstream}  ", f"**Removal.** {p.removal}", ""]
     return "\n".join(lines)
 
 
 def as_json() -> dict:
     """The declarations' user-facing fields, one entry per patch."""
-    fields = ("id", "title", "why", "how", "upstream", "removal")
+    fields = ("id", "title", "why", "how", "upstream", "removal", "retired")
     return {"patches": [{**{f: getattr(p, f) for f in fields}, "requires": {k: list(map(str, v)) for k, v in
                          p.requires.items()}, "generators": sorted(p.edits), "symptoms": list(p.symptoms)}
                         for p in load_patches()]}

@@ -66,6 +66,9 @@ class Patch:
     postcondition: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     variant_probe: str = "speculators.generator"
     symptom: str | tuple[str, ...] = ""  # error text(s), or wrong-result kind, a user sees without it
+    #: Set when a run showed the patch changes nothing where its bug was claimed: the evidence, in words.  A
+    #: retired patch is never needed (compat apply removes an applied copy); it stays listed, with its evidence.
+    retired: str = ""
 
     @property
     def symptoms(self) -> tuple[str, ...]:

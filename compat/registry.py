@@ -95,6 +95,8 @@ def judge(patch: Patch, surface: Surface) -> Decision:
         return Decision(patch, "unknown-surface", f"{patch.variant_probe}: {variant.reason}")
     if variant not in patch.edits:  # before the probes: an unreadable probe cannot matter to this generator
         return Decision(patch, "not-needed", f"{patch.variant_probe}={variant} has no such bug", variant)
+    if patch.retired:  # after the generator check: an unreadable generator stays unknown-surface
+        return Decision(patch, "not-needed", "retired: a run showed no bug without it (PATCHES.md)", variant)
     unknown = {n: surface.value(n) for n in patch.requires if isinstance(surface.value(n), Unknown)}
     if unknown:
         detail = "; ".join(f"{n}: {u.reason}" for n, u in unknown.items())

@@ -23,4 +23,14 @@ PATCH = Patch(
     requires={"scheduler_config.async_scheduling_default": ("None->auto-on",)},
     symptom="(GPU only: vLLM's CPU platform forces async_scheduling=False)",
     edits={V030: {GENERATOR: (_EDIT,)}, V04X: {GENERATOR: (_EDIT,)}},
+    retired=(
+        "Left out on CUDA, where vLLM 0.20 resolves async scheduling to True (observed in the engine and in every "
+        "worker's GPUModelRunner.use_async_scheduling), the generator's hidden states equal the patched run's to "
+        "the last digit: speculators 0.4.0.1 over 826 scheduler steps with chunked prefill (calls of 33, 11, 40 "
+        "and 5 sequences at 32 tokens a step, 341+52+402+24 chunked steps), also with finished prefills kept "
+        "running, and speculators 0.3.0 (calls of 1, 11, 33, 11, 33, 1) on an H200 (docs/gpu, records a, c, h). "
+        "Why: the generator builds the plain Scheduler, never AsyncScheduler, and never calls update_from_output, "
+        "so no output placeholder is ever scheduled; async scheduling changes only the worker's output copy, "
+        "which prefill captures do not read. Re-evaluate if speculators starts decoding or builds AsyncScheduler."
+    ),
 )
