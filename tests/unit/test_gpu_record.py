@@ -1,0 +1,50 @@
+"""The GPU lane's coverage record: each scenario judged against its written expectation, and the file is current."""
+
+import copy
+import json
+
+from fixtures import gpu_record
+
+
+def _raw():
+    return gpu_record._raw()
+
+
+def test_committed_record_is_current():
+    path = gpu_record.OUT / "vllm0.20.0-h200.json"
+    assert json.loads(path.read_text())["tests"] == gpu_record.build()["tests"], "run python -m fixtures.gpu_lane record"
+
+
+def test_every_expectation_has_its_run_and_passes():
+    raw = _raw()
+    assert set(gpu_record.EXPECT) <= set(raw)
+    failed = [t for t in gpu_record.build()["tests"] if t["outcome"] != "passed"]
+    assert not failed, failed
+
+
+def test_a_wrong_verdict_fails_the_judgement():
+    raw = _raw()
+    rec = copy.deepcopy(raw[("f", "ok_fp32")])
+    rec["confirm_json"]["verdict"] = "WRONG"
+    assert gpu_record.judge("verdict", "OK", rec, raw)[0] == "failed"
+
+
+def test_a_missing_symptom_fails_the_judgement():
+    raw = _raw()
+    rec = copy.deepcopy(raw[("f", "ok_fp32")])  # a clean run carries no symptom text
+    assert gpu_record.judge("symptom", "platform.workers_spawned_after_cuda_touch", rec, raw)[0] == "failed"
+
+
+def test_one_differing_digit_fails_the_equality():
+    raw = _raw()
+    rec = copy.deepcopy(raw[("h", "no_async_030_fp32")])
+    layer = next(iter(rec["confirm_json"]["calls"][2]["layers"].values()))
+    layer["max_abs_diff"] = layer["max_abs_diff"] * (1 + 1e-12) + 1e-12
+    assert gpu_record.judge("equal", ("h", "ok_030_fp32"), rec, raw)[0] == "failed"
+
+
+def test_equality_needs_async_scheduling_observed_on():
+    raw = _raw()
+    rec = copy.deepcopy(raw[("h", "no_async_030_fp32")])
+    rec["observed"]["async_scheduling"] = False
+    assert gpu_record.judge("equal", ("h", "ok_030_fp32"), rec, raw)[0] == "failed"
