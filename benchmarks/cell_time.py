@@ -11,9 +11,12 @@ lane), every engine start and leave-one-out proof included.  What is timed is
 that pytest process only: building the lane, installing the kit and switching
 the lane's speculators happen before the clock starts.  Prints one line per
 cell (wall, pytest's exit code, the 1-minute load average before and after:
-on two shared cores other people's runs inflate every figure), then the
-median per cell and over all runs.  Each lane is left as ``lanes.py test``
-leaves it: its first speculators, patches reverted.  Benchmarks print, never
+on two shared cores other people's runs inflate every figure) and the CPU
+seconds (user + system) of the pytest process and everything it started, which
+other people's load changes far less: on an idle machine of N cores the wall
+cannot go below cpu / N.  Then the median per cell and over all runs.  Each
+lane is left as ``lanes.py test`` leaves it: its first speculators, patches
+reverted.  Benchmarks print, never
 assert; the exit code is 1 when a pytest run failed.
 
 Set ``SPECDEC_COMPAT_CACHE`` to use other lane venvs than the default ones.
@@ -23,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import shlex
 import statistics
 import subprocess
@@ -49,17 +53,23 @@ def parse_cell(text: str) -> tuple[str, str]:
     return name, version
 
 
-def time_cell(item, version: str, steps, pytest_args: list[str]) -> dict:
+def time_cell(item, version: str, steps, pytest_args: list[str], save: Path | None = None) -> dict:
     lanes.use_speculators(item, version, steps)  # reverts the kit's patches first: every cell starts pristine
     cmd = [str(item.bin / "python"), "-m", "pytest", "-p", "no:cacheprovider", "-m", "contract", "-q",
            "--durations=8", *pytest_args, "tests/contract"]
     load_before = os.getloadavg()[0]
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.monotonic()
     proc = subprocess.run(cmd, cwd=ROOT, env=lanes.lane_env(item), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                           text=True)
     wall = time.monotonic() - started
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - usage.ru_utime) + (after.ru_stime - usage.ru_stime)
+    if save is not None:
+        save.mkdir(parents=True, exist_ok=True)
+        (save / f"{item.name}-{version}-{time.strftime('%H%M%S')}.txt").write_text(proc.stdout)
     tail = [line for line in proc.stdout.splitlines() if line.strip()][-12:]
-    return {"lane": item.name, "speculators": version, "wall": wall, "exit": proc.returncode,
+    return {"lane": item.name, "speculators": version, "wall": wall, "cpu": cpu, "exit": proc.returncode,
             "load_before": load_before, "load_after": os.getloadavg()[0], "tail": tail}
 
 
@@ -70,6 +80,7 @@ def main(argv=None) -> int:
     parser.add_argument("--runs", type=int, default=3, help="cells run in total, cycling through CELLS (default 3)")
     parser.add_argument("--pytest-args", default="", help="extra pytest arguments, one shell-quoted string")
     parser.add_argument("--quiet", action="store_true", help="no pytest tail after each cell")
+    parser.add_argument("--save", type=Path, metavar="DIR", help="also write each cell's whole pytest output to DIR")
     args = parser.parse_args(argv)
     cells = args.cells or [parse_cell(c) for c in DEFAULT_CELLS]
     extra = shlex.split(args.pytest_args)
@@ -83,23 +94,26 @@ def main(argv=None) -> int:
         for index in range(max(args.runs, 1)):
             name, version = cells[index % len(cells)]
             print(f"== cell {index + 1}/{args.runs}: lane {name}, speculators {version}", flush=True)
-            result = time_cell(lanes.LANES[name], version, steps[name], extra)
+            result = time_cell(lanes.LANES[name], version, steps[name], extra, args.save)
             results.append(result)
             if not args.quiet:
                 print("\n".join("   " + line for line in result["tail"]), flush=True)
-            print(f"   wall {result['wall']:.1f} s, pytest exit {result['exit']}, load {result['load_before']:.2f} -> "
-                  f"{result['load_after']:.2f}", flush=True)
+            print(f"   wall {result['wall']:.1f} s, cpu {result['cpu']:.1f} s, pytest exit {result['exit']}, load "
+                  f"{result['load_before']:.2f} -> {result['load_after']:.2f}", flush=True)
     finally:
         for name in steps:
             lanes.restore_default(lanes.LANES[name], steps[name])
-    print(f"\n{'cell':24} {'wall s':>8} {'exit':>5} {'load before/after':>18}")
+    print(f"\n{'cell':24} {'wall s':>8} {'cpu s':>7} {'exit':>5} {'load before/after':>18}")
     for r in results:
-        print(f"{r['lane'] + '/' + r['speculators']:24} {r['wall']:8.1f} {r['exit']:5} "
+        print(f"{r['lane'] + '/' + r['speculators']:24} {r['wall']:8.1f} {r['cpu']:7.1f} {r['exit']:5} "
               f"{r['load_before']:8.2f} / {r['load_after']:.2f}")
     for cell in dict.fromkeys((r["lane"], r["speculators"]) for r in results):
         walls = [r["wall"] for r in results if (r["lane"], r["speculators"]) == cell]
-        print(f"median {cell[0]}/{cell[1]}: {statistics.median(walls):.1f} s over {len(walls)} run(s)")
-    print(f"median over all {len(results)} cell(s): {statistics.median(r['wall'] for r in results):.1f} s "
+        cpus = [r["cpu"] for r in results if (r["lane"], r["speculators"]) == cell]
+        print(f"median {cell[0]}/{cell[1]}: {statistics.median(walls):.1f} s wall, {statistics.median(cpus):.1f} s cpu "
+              f"over {len(walls)} run(s)")
+    print(f"median over all {len(results)} cell(s): {statistics.median(r['wall'] for r in results):.1f} s wall, "
+          f"{statistics.median(r['cpu'] for r in results):.1f} s cpu "
           f"(machine: {os.cpu_count()} cores)")
     return 1 if any(r["exit"] for r in results) else 0
 

@@ -1,8 +1,14 @@
-"""Contract fixtures: a tiny model built in-lane and harness reports shared across tests.
+"""Contract fixtures: a tiny model built in-lane and one harness report per cell, read by every test.
 
-Every engine start-up costs seconds, so the pristine, patched, bf16 and proof
-reports are produced once per session by one harness process (``--mode cell``)
-and read by many tests; the proofs run only when a selected test asks for them.
+One harness process (``--mode cell``) imports vLLM, torch and transformers once
+and runs every generator run of the cell in a child forked from it (speculators
+imported fresh from disk each time), its vLLM worker forked from that child:
+an engine start costs ~2 s instead of ~10 s of spawned imports on two cores.
+The one run whose claim is about spawning (the patches that cannot show on this
+CPU, left out together) and the real ``compat confirm`` command line keep
+vLLM's spawned workers.  The harness writes the pristine, reverted, patched,
+bf16, proof and confirm reports; the tests only read them, and parts no selected
+test asks for are not run.
 """
 
 from __future__ import annotations
@@ -89,16 +95,19 @@ def _requested(session) -> set:
 
 @pytest.fixture(scope="session")
 def cell_report(tiny_model, tmp_path_factory, request):
-    """One harness process: pristine (reverted first), patched with the runtime checks, bf16 and the proofs.
+    """One harness process: pristine (reverted first), reverted after an apply, patched with the runtime checks,
+    bf16 and the proofs.
 
     The proofs leave out each needed patch in turn; those that cannot show here share one observed run.
-    bf16 and the proofs run only when a selected test needs them (``-m "contract and not proof"``).
+    The revert re-run, bf16 and the proofs run only when a selected test needs them
+    (``-m "contract and not proof"``).
     """
     from tests.contract.test_patch_proofs import UNOBSERVABLE_ON_CPU
 
     wanted = _requested(request.session)
-    parts = ["pristine", "patched"] + [part for part, fixture in (("bf16", "bf16_report"), ("proofs", "proofs_report"))
-                                       if fixture in wanted]
+    optional = (("reverted", "reverted_report"), ("bf16", "bf16_report"), ("proofs", "proofs_report"),
+                ("confirm", "confirm_report"))
+    parts = ["pristine", "patched"] + [part for part, fixture in optional if fixture in wanted]
     together = [arg for pid in UNOBSERVABLE_ON_CPU for arg in ("--together", pid)]
     return harness(tmp_path_factory.mktemp("cell") / "r.json", tiny_model, "--mode", "cell", "--parts",
                    ",".join(parts), *together)
@@ -116,6 +125,12 @@ def pristine_report(cell_report):
 
 
 @pytest.fixture(scope="session")
+def reverted_report(cell_report):
+    """After `compat.apply` then `compat.apply --revert`: the files' sha256 both times, and the generator run again."""
+    return cell_report["reverted"]
+
+
+@pytest.fixture(scope="session")
 def patched_report(cell_report):
     """After `python -m compat.apply`: HF comparison plus runtime observation of the probes."""
     return {**_view(cell_report, "patched"), "static_api": cell_report["static_api"]}
@@ -125,6 +140,13 @@ def patched_report(cell_report):
 def proofs_report(cell_report):
     """Leave-one-out over every needed patch; those that cannot show here share one observed run."""
     return cell_report["proofs"]
+
+
+@pytest.fixture(scope="session")
+def confirm_report(cell_report):
+    """compat confirm's runs on the patched lane (harness.confirm_runs): the command line, --reference none,
+    vllm-extract (vLLM >= 0.17), --pipeline-parallel-size 2, a killed worker, a killed worker while busy."""
+    return cell_report["confirm"]
 
 
 @pytest.fixture(scope="session")

@@ -19,12 +19,19 @@ Modes:
                   cannot show on this CPU (--together) are left out in one shared run that
                   observes, in the engine and its workers, why.  The parent imports vLLM
                   once; vLLM's CPU platform spawns workers, which import the variant from disk.
-    --mode cell   one process for a whole contract cell (``--parts``): the pristine generator (reverted),
-                  the patched one with the runtime checks, bf16, then the proofs.  A patch whose edits lie
-                  only in ``generate()`` (the parent's loop; __init__, the worker and the config identical)
-                  is left out on the patched run's own engine, before it shuts down: the variant's class
-                  drives the live engine, then the full set runs the same calls on it and must match HF.
-                  Every other patch gets its own engine start, as in --proofs.
+    --mode cell   one process for a whole contract cell (``--parts``), one HF reference; it imports vLLM
+                  and never speculators, and runs each generator in a child forked from it (speculators
+                  imported fresh from the files on disk, as in a new interpreter), whose vLLM worker is
+                  forked from that child: ~2 s per engine start instead of ~10 s of spawned imports.
+                  First what needs other files than the full patch set: the pristine generator (reverted),
+                  the kit's apply then --revert with the generator run again, each proof that needs an
+                  engine of its own, and the patches that cannot show here left out together (spawned:
+                  that the CPU platform spawns its workers is one of the facts it observes).  Then the full
+                  set stays on disk: compat confirm's real command line and its vllm-extract run start
+                  beside the rest; the patched run with the runtime checks, on whose engine each patch whose
+                  edits lie only in ``generate()`` is left out (the variant's class drives the live engine,
+                  then the full set runs the same calls on it and must match HF); bf16; compat confirm's
+                  other runs (``confirm_runs``).
 
 Every run records the scheduler's steps (tokens per request per step), so a
 claim that prefill was chunked is observed, not assumed.
@@ -38,6 +45,7 @@ import json
 import os
 import sys
 import time
+from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
@@ -49,10 +57,60 @@ from compat.confirm import run_generator as _confirm_run  # noqa: E402
 LOG = None  # vLLM's log for this harness run (beside --out)
 
 
-def run_generator(gen_module, model, calls, reference, layers, max_batched=None, after=None, dtype="float32"):
-    """compat.confirm's run (every captured layer vs HF), optionally observing the live engine."""
-    return _confirm_run(gen_module, model, calls, reference, layers, max_batched, after=after, dtype=dtype,
-                        log_path=LOG)
+def run_generator(gen_module, model, calls, reference, layers, max_batched=None, after=None, dtype="float32",
+                  workers=None):
+    """compat.confirm's run (every captured layer vs HF), optionally observing the live engine.
+
+    ``workers``: how vLLM's MultiprocExecutor starts its worker (None: as vLLM's CPU platform chooses, spawn;
+    "spawn" explicitly, whatever an earlier engine of this process cached; or "fork" from this process, which has vLLM, torch and the generator's modules imported already: a worker
+    ready in ~2 s instead of ~10 s on two cores).  Either way it is the generator's own executor class, a
+    separate process behind vLLM's message queues; a forked worker runs the speculators modules this process
+    imported, so every caller purges them and imports the files on disk first (``_fresh_generator``).
+    """
+    if workers is not None:
+        with_workers(gen_module, workers)
+    out = _confirm_run(gen_module, model, calls, reference, layers, max_batched, after=after, dtype=dtype,
+                       log_path=LOG)
+    out["workers"] = workers
+    return out
+
+
+def _start_method(method: str) -> None:
+    """vLLM's worker start method for the next executor; vLLM caches its environment after an engine start."""
+    os.environ["VLLM_WORKER_MULTIPROC_METHOD"] = method
+    envs = sys.modules.get("vllm.envs")
+    if envs is not None and hasattr(envs, "disable_envs_cache"):
+        envs.disable_envs_cache()
+
+
+def with_workers(gen_module, method: str) -> None:
+    """Make the generator module's MultiprocExecutor start its workers with ``method``.
+
+    vLLM's CPU platform sets VLLM_WORKER_MULTIPROC_METHOD=spawn while the generator builds its VllmConfig,
+    right before the executor; this subclass sets the method in between.
+    """
+    base = getattr(gen_module, "MultiprocExecutor", None)
+    if base is None:
+        return
+    base = getattr(base, "_harness_base", base)
+
+    class Executor(base):
+        _harness_base = base
+
+        def __init__(self, *args, **kwargs):
+            _start_method(method)
+            super().__init__(*args, **kwargs)
+
+    Executor.__name__, Executor.__qualname__ = base.__name__, base.__qualname__
+    gen_module.MultiprocExecutor = Executor
+
+
+def _fresh_generator():
+    """The generator module as the files on disk are now: every speculators module forgotten first."""
+    import importlib
+
+    _purge_speculators()
+    return importlib.import_module(GEN_MOD)
 
 
 # -- runtime observation of the static probes --------------------------------------
@@ -357,7 +415,8 @@ def install_without(left_out=()):
     proc = subprocess.run([sys.executable, "-m", "compat.apply", *args], cwd="/", capture_output=True, text=True)
     if proc.returncode != 0:
         raise RuntimeError(f"compat.apply {' '.join(args)} -> {proc.returncode}:\n{proc.stdout}\n{proc.stderr}")
-    return importlib.reload(importlib.import_module(GEN_MOD))
+    _purge_speculators()  # every file of the variant, not only the generator module (forked workers inherit them)
+    return importlib.import_module(GEN_MOD)
 
 
 def proofs(model, calls, reference, layers, max_batched, only=None, together=()):
@@ -380,8 +439,12 @@ def proofs(model, calls, reference, layers, max_batched, only=None, together=())
         plan.append(("+".join(together), tuple(together), observe_reasons))
     try:
         for index, (key, left_out, after) in enumerate(plan, 1):
-            module = install_without(left_out)
-            run = run_generator(module, model, calls, reference, layers, max_batched, after=after)
+            try:
+                module = install_without(left_out)
+            except BaseException as exc:  # noqa: BLE001 - a variant that does not import: its proof reads why
+                run = {"ok": False, "stage": "import", "calls": [], "error": error_report(exc), "seconds": 0}
+            else:
+                run = run_generator(module, model, calls, reference, layers, max_batched, after=after)
             run["left_out"] = list(left_out)
             report["runs"][key] = run
             print(f"[proof {index}/{len(plan)}] without {key}: ok={run['ok']} {run['seconds']}s "
@@ -457,18 +520,20 @@ def generate_only(full: dict, variant: dict) -> bool:
     return _construction_view(full[GENERATOR].decode()) == _construction_view(variant[GENERATOR].decode())
 
 
-def _load_variant(tag: str):
-    """The generator module as it is on disk now, under its own name (the full set's module stays loaded)."""
+def _load_variant(tag: str, source: bytes):
+    """A variant of the generator module from its source (what the kit wrote with ``--exclude tag``), under its
+    own name in the same package (the full set's module stays loaded)."""
     import importlib.util
 
     from compat.layout import GENERATOR
     from compat.patcher import open_target
 
+    path = str(open_target("speculators").path(GENERATOR))
     name = f"{GEN_MOD}__without_{tag.replace('.', '_')}"
-    spec = importlib.util.spec_from_file_location(name, open_target("speculators").path(GENERATOR))
-    module = importlib.util.module_from_spec(spec)
+    module = importlib.util.module_from_spec(importlib.util.spec_from_loader(name, loader=None, origin=path))
+    module.__file__ = path
     sys.modules[name] = module
-    spec.loader.exec_module(module)
+    exec(compile(source, path, "exec"), module.__dict__)  # noqa: S102 - the kit's own output for this variant
     return module
 
 
@@ -515,28 +580,26 @@ def _settle(gen) -> None:
     gen.executor.collective_rpc("_reset_capture")
 
 
-def shared_proofs(gen, pids, calls, reference, layers, full_files) -> tuple[dict, list]:
-    """Leave each of ``pids`` out on this live engine when its edits lie only in generate(); the rest is returned.
+def shared_proofs(gen, variants, calls, reference, layers) -> tuple[dict, list]:
+    """Leave each patch of ``variants`` (its id -> the generator module's source the kit wrote without it, whose
+    edits lie only in generate()) out on this live engine; those the engine cannot vouch for are returned.
 
-    Each variant is installed by the kit (``compat.apply --exclude``), its generate() drives the engine,
-    then the full set's generate() runs the same calls and must match HF: the engine is healthy and the
-    patch is what fixes it.  When that full-set run fails, this variant and every later one get their own engine.
+    Each variant's generate() drives the engine, then the full set's generate() runs the same calls and must
+    match HF: the engine is healthy and the patch is what fixes it.  When that full-set run fails, this
+    variant and every later one get their own engine.
     """
     from compat.confirm import StepRecorder
 
     runs, rest = {}, []
     recorder = StepRecorder(gen.scheduler)
     full_cls = gen.__class__
+    pids = list(variants)
     for pid in pids:
         started = time.monotonic()
-        _kit("--exclude", pid)
-        variant = _files(full_files)
-        if not generate_only(full_files, variant):
-            rest.append(pid)
-            continue
         offset = os.path.getsize(LOG) if LOG and os.path.exists(LOG) else 0
         idle = gen.scheduler.get_num_unfinished_requests()
-        run = _drive(gen, _load_variant(pid).VllmHiddenStatesGenerator, calls, reference, layers, recorder)
+        run = _drive(gen, _load_variant(pid, variants[pid]).VllmHiddenStatesGenerator, calls, reference, layers,
+                     recorder)
         if run["error"] is not None and LOG:
             from compat.confirm import error_lines
 
@@ -553,80 +616,469 @@ def shared_proofs(gen, pids, calls, reference, layers, full_files) -> tuple[dict
         else:  # the shared engine cannot vouch for this one, nor for what follows: each gets its own
             rest += pids[pids.index(pid):]
             break
-    _kit()
     return runs, rest
 
 
-def cell(model, parts, together, max_batched) -> dict:
-    """pristine, patched (+ generate-only proofs on its engine), bf16, proofs: one process, one HF reference."""
+def _speculators_hashes() -> dict:
+    """sha256 of every file any declaration may edit (any generator release), as it is on disk now."""
     import hashlib
-    import importlib
+
+    from compat.patcher import open_target
+    from compat.registry import load_patches
+
+    dist = open_target("speculators")
+    rels = sorted({rel for patch in load_patches() if patch.target == "speculators"
+                   for variant in patch.edits for rel in patch.files(variant)})
+    return {rel: hashlib.sha256(dist.path(rel).read_bytes()).hexdigest() for rel in rels if dist.path(rel).exists()}
+
+
+def in_child(fn, *args) -> dict:
+    """``fn(*args)`` in a child forked from this process; its JSON-able result comes back through a pipe.
+
+    This process imports vLLM, torch and transformers once and never speculators: every generator run
+    imports the speculators files on disk in its own child, as a fresh interpreter would (a patched
+    speculators/config.py, once imported, makes torch resolvable in transformers' module for good), without
+    paying vLLM's import again.  The child's workers are forked from the child (``run_generator``).
+    """
+    from compat.confirm import error_report
+
+    assert not any(n == "speculators" or n.startswith("speculators.") for n in sys.modules), "parent imported it"
+    read, write = os.pipe()
+    for stream in (sys.stdout, sys.stderr):
+        stream.flush()
+    pid = os.fork()
+    if pid == 0:  # the child: never returns
+        os.close(read)
+        try:
+            data = json.dumps(fn(*args), default=str)
+        except BaseException as exc:  # noqa: BLE001 - the caller's report carries it
+            data = json.dumps({"ok": False, "stage": "child", "calls": [], "error": error_report(exc)}, default=str)
+        try:
+            with os.fdopen(write, "w") as handle:
+                handle.write(data)
+            for stream in (sys.stdout, sys.stderr):
+                stream.flush()
+        finally:
+            os._exit(0)
+    os.close(write)
+    with os.fdopen(read) as handle:
+        data = handle.read()
+    _, status = os.waitpid(pid, 0)
+    if not data:
+        return {"ok": False, "stage": "child", "calls": [],
+                "error": {"type": "ChildDied", "message": f"harness child {pid} ended with status {status}",
+                          "traceback": ""}}
+    return json.loads(data)
+
+
+# -- compat confirm, as the tests read it -------------------------------------------
+
+#: --prompts for the vllm-extract run: token ids, a JSON list, text, and forced text; then eight generated prompts
+#: of up to 300 tokens, which the batch-of-33 invariant call (filled from the file) reaches, so the extract
+#: reference is held against HF on long prompts too
+EXTRACT_PROMPTS = ("# token ids and text\n5 6 7 8 9 10\n[11, 12, 13]\nw1 w2 w3 w4\ntext: 1 2\n"
+                   + "".join(" ".join(map(str, p)) + "\n" for c in make_calls((8,)) for p in c))
+#: the worker-death run: the kill lands right after "engine started", inside the first call
+DEATH_CALLS = "33,11"
+
+
+def _forked(target, out_dir, name):
+    """Fork; the child sends fds 1 and 2 to ``out_dir/name.out`` and ends with ``target()``'s exit code."""
+    out_path = out_dir / f"{name}.out"
+    out_path.write_text("")
+    for stream in (sys.stdout, sys.stderr):
+        stream.flush()
+    pid = os.fork()
+    if pid == 0:
+        code = 70
+        try:
+            fd = os.open(out_path, os.O_WRONLY | os.O_APPEND)
+            os.dup2(fd, 1)
+            os.dup2(fd, 2)
+            code = target()
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else 1
+        except BaseException:  # noqa: BLE001
+            import traceback
+
+            traceback.print_exc()
+        finally:
+            for stream in (sys.stdout, sys.stderr):
+                try:
+                    stream.flush()
+                except (OSError, ValueError):
+                    pass
+            os._exit(code if isinstance(code, int) else 1)
+    return pid, out_path
+
+
+_REAPED: dict = {}
+
+
+def _wait(pid: int, limit_s: float):
+    """The child's exit code (negative: a signal), or None when it is still running after ``limit_s``."""
+    deadline = time.monotonic() + limit_s
+    while True:
+        if pid in _REAPED:
+            return _REAPED[pid]
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            _REAPED[pid] = os.waitstatus_to_exitcode(status)
+            return _REAPED[pid]
+        if time.monotonic() > deadline:
+            return None
+        time.sleep(0.05)
+
+
+def _kill_tree(pid: int) -> None:
+    import psutil
+
+    try:
+        procs = [psutil.Process(pid), *psutil.Process(pid).children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return
+    for proc in procs:
+        try:
+            proc.kill()
+        except psutil.NoSuchProcess:
+            pass
+
+
+def _confirm_main(argv, tee=None):
+    """compat confirm's own main() in this (forked) process, its workers forked from here too.
+
+    ``tee``: also save what vLLM's extract_hidden_states reference returned (refs and meta) there.
+    """
+    from compat import confirm
+
+    with_workers(_fresh_generator(), "fork")
+    if tee is not None:
+        import torch
+
+        from compat import confirm_extract
+
+        original = confirm_extract.run_reference
+
+        def run_reference(*args, **kwargs):
+            refs, meta = original(*args, **kwargs)
+            torch.save({"refs": refs, "meta": meta}, tee)
+            return refs, meta
+
+        confirm_extract.run_reference = run_reference
+    return confirm.main(argv)
+
+
+def start_confirm(model, out_dir) -> dict:
+    """The two long compat confirm runs, started now beside the rest (they need only the patched files, which
+    stay as they are until they end): the real command line, ``python -m compat.confirm`` with the lane's
+    installed kit, its worker spawned by vLLM as a user's is; and --reference vllm-extract with a prompts file
+    (vLLM >= 0.17), whose reference child starts two spawned vLLM processes of its own."""
+    import subprocess
+
+    from compat.confirm_extract import missing_reason
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    started = {}
+    with open(out_dir / "cli.stdout", "wb") as stdout, open(out_dir / "cli.stderr", "wb") as stderr:
+        started["cli"] = subprocess.Popen(
+            [sys.executable, "-m", "compat.confirm", "--model", model, "--log", str(out_dir / "cli.vllm.log"),
+             "--json-file", str(out_dir / "cli.json"), "--calls", "1,11"], cwd="/", stdout=stdout, stderr=stderr,
+            env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
+    started["cli_started"] = time.monotonic()
+    if missing_reason() is None:
+        prompts, report, tee = out_dir / "prompts.txt", str(out_dir / "extract.json"), str(out_dir / "extract.pt")
+        prompts.write_text(EXTRACT_PROMPTS)
+        argv = ["--model", model, "--reference", "vllm-extract", "--prompts", str(prompts), "--calls", "1,3",
+                "--report", report, "--log", str(out_dir / "extract.vllm.log")]
+        t0 = time.monotonic()
+        pid, out = _forked(lambda: _confirm_main(argv, tee=tee), out_dir, "extract")
+        started["extract"] = (pid, out, t0, {"report": report, "tee": tee})
+    return started
+
+
+def confirm_runs(model, out_dir, reference, layers, max_batched, started) -> dict:
+    """Every compat confirm run the tests read, on the patched lane: the two ``start_confirm`` began, and
+    main() of the same module in children forked from this process, one at a time (their workers forked):
+    --reference none, --pipeline-parallel-size 2, a worker killed after the engine started, and a worker
+    killed while the main thread is busy outside vLLM."""
+    runs = {}
+
+    def finish(name, pid, out_path, t0, limit_s=600, **extra):
+        code = _wait(pid, limit_s)
+        if code is None:
+            _kill_tree(pid)
+            code = _wait(pid, 30)
+            extra["hung"] = True
+        runs[name] = {"returncode": code, "output": out_path.read_text(errors="replace"),
+                      "seconds": round(time.monotonic() - t0, 2), **extra}
+
+    t0 = time.monotonic()
+    report = str(out_dir / "pp.json")
+    pid, out = _forked(lambda: _confirm_main(["--model", model, "--pipeline-parallel-size", "2", "--report",
+                                              report]), out_dir, "pp")
+    finish("pp", pid, out, t0, report=report)
+
+    t0 = time.monotonic()
+    report = str(out_dir / "none.json")
+    pid, out = _forked(lambda: _confirm_main(["--model", model, "--reference", "none", "--calls", "1",
+                                              "--layers", "1,2", "--report", report]), out_dir, "none")
+    finish("none", pid, out, t0, report=report)
+
+    runs["death"] = _death_run(model, out_dir)
+    runs["busy"] = _busy_run(model, out_dir, reference, layers, max_batched)
+
+    if "extract" in started:
+        pid, out, t0, extra = started["extract"]
+        finish("extract", pid, out, t0, **extra)
+    cli = started["cli"]
+    cli.wait(timeout=900)
+    runs["cli"] = {"log": str(out_dir / "cli.vllm.log"), "json_file": str(out_dir / "cli.json"),
+                   "returncode": cli.returncode, "stdout": (out_dir / "cli.stdout").read_text(errors="replace"),
+                   "stderr": (out_dir / "cli.stderr").read_text(errors="replace"),
+                   "seconds": round(time.monotonic() - started["cli_started"], 2)}
+    return runs
+
+
+def _death_run(model, out_dir) -> dict:
+    """compat confirm whose worker gets SIGKILL right after "engine started": what it said, when it ended."""
+    import psutil
+
+    log, doc = str(out_dir / "death.vllm.log"), str(out_dir / "death.json")
+    pid, out = _forked(lambda: _confirm_main(["--model", model, "--log", log, "--json-file", doc, "--calls",
+                                              DEATH_CALLS]), out_dir, "death")
+    run = {"log": log, "json_file": doc, "confirm_pid": pid}
+    deadline = time.monotonic() + 600
+    while "engine started" not in out.read_text(errors="replace"):
+        if time.monotonic() > deadline or _wait(pid, 0) is not None:
+            _kill_tree(pid)
+            _wait(pid, 30)
+            return {**run, "returncode": None, "output": out.read_text(errors="replace"),
+                    "error": "confirm ended (or hung) before the engine started"}
+        time.sleep(0.05)
+    everyone = psutil.Process(pid).children(recursive=True)
+    workers = [p for p in everyone if "Worker" in " ".join(p.cmdline())]
+    run["workers"] = [p.pid for p in workers]
+    if not workers:
+        _kill_tree(pid)
+        _wait(pid, 30)
+        return {**run, "returncode": None, "output": out.read_text(errors="replace"), "error": "no vLLM worker"}
+    victim = workers[0]
+    victim.send_signal(9)
+    killed_at = time.monotonic()
+    code = _wait(pid, 120)
+    run["took"] = round(time.monotonic() - killed_at, 2)
+    if code is None:
+        _kill_tree(pid)
+        _wait(pid, 30)
+    time.sleep(0.5)
+    run.update(returncode=code, victim=victim.pid, output=out.read_text(errors="replace"),
+               left=[p.pid for p in everyone if p.is_running() and p.status() != psutil.STATUS_ZOMBIE])
+    return run
+
+
+def _busy_run(model, out_dir, reference, layers, max_batched) -> dict:
+    """A worker killed while the main thread is busy outside vLLM (in ``after``): vLLM's own monitor has no
+    waiting call to cancel, only confirm's watch can end the run."""
+    mark, doc_path, log = out_dir / "busy.killed.json", str(out_dir / "busy.json"), str(out_dir / "busy.vllm.log")
+
+    def target():
+        import argparse
+
+        import psutil
+
+        from compat import confirm
+
+        confirm.DEATH_GRACE_S = 2.0  # vLLM's own error cannot come here (nothing waits on it): the watch steps in
+        module = _fresh_generator()
+        with_workers(module, "fork")
+
+        def after(gen):
+            victim = gen.executor.workers[0].proc
+            mark.write_text(json.dumps({"pid": victim.pid, "killed_at": time.time()}))
+            psutil.Process(victim.pid).kill()
+            time.sleep(600)  # busy elsewhere: without the watch, the run waits all of it
+
+        report = confirm.Report(argparse.Namespace(json=False, json_file=doc_path), layers)
+        out = confirm.run_generator(module, model, make_calls((1,)), reference, layers, max_batched, after=after,
+                                    log_path=log, on_death=lambda doc: confirm.abort_run(report, doc))
+        print("RETURNED", json.dumps(out.get("error"), default=str))
+        return 3
+
+    pid, out = _forked(target, out_dir, "busy")
+    code = _wait(pid, 600)
+    ended = time.time()
+    if code is None:
+        _kill_tree(pid)
+        _wait(pid, 30)
+    return {"returncode": code, "ended": ended, "output": out.read_text(errors="replace"), "mark": str(mark),
+            "json_file": doc_path, "log": log, "hung": code is None}
+
+
+def _forked_after_cuda_touch(run) -> str | None:
+    """In a child of the harness: "cuda-touched" when the run failed only because this process was forked from
+    one that had asked torch about CUDA (a CUDA build of torch, as PyPI's; vLLM's platform detection asks), so
+    any CUDA call the generator makes refuses to run here; the harness then runs that variant in its own
+    process, as the old harness did.  None otherwise."""
+    import torch
+
+    text = ((run.get("error") or {}).get("message") or "") + ((run.get("error") or {}).get("traceback") or "")
+    bad_fork = getattr(torch.cuda, "_is_in_bad_fork", lambda: False)()
+    return "cuda-touched" if bad_fork and "Cannot re-initialize CUDA in forked subprocess" in text else None
+
+
+def cell(model, parts, together, max_batched) -> dict:
+    """One process for a contract cell, one HF reference; every generator run in a child forked from it
+    (``in_child``), its worker forked from that child, except the run that leaves out the patches whose bug
+    cannot show here (``together``): it observes that vLLM's CPU platform spawns its workers, so it spawns.
+
+    First whatever needs other files on disk than the full patch set: pristine, reverted, each proof with an
+    engine of its own (its worker imports nothing: it inherits the variant its child imported) and the
+    ``together`` run.  Then the full set stays on disk: compat confirm's real command line starts beside the
+    rest (``confirm_runs``), the patched run leaves out on its own engine each patch whose edits lie only in
+    generate() (their sources written by the kit before), then bf16 and the other confirm runs.
+    """
+    import hashlib
 
     from compat.confirm import error_report
+    from compat.layout import GENERATOR
     from compat.patcher import open_target
 
     sizes = {"pristine": (1,), "patched": (1, 11, 33, 11), "proofs": (1, 11, 33), "bf16": (11,)}
     layers = list(range(num_layers(model)))
     doc = {"layers": layers, "rtol": RTOL, "tolerance": TOLERANCE_RULE, "log": LOG, "parts": list(parts),
-           "static_api": observe_static_api()}  # before speculators is imported (config annotation probe)
+           "static_api": observe_static_api(), "timings": {}}  # before speculators is imported (annotation probe)
     calls = {part: make_calls(sizes[part]) for part in sizes}
     prompts = {tuple(p): p for part in calls for c in calls[part] for p in c}
     started = time.monotonic()
     reference = hf_reference(model, list(prompts.values()), layers)
     doc["hf_seconds"] = round(time.monotonic() - started, 2)
+    clock = [time.monotonic()]
 
-    def run_installed(part, after=None, dtype="float32", fresh=True):
-        if fresh:
-            _purge_speculators()
+    def lap(name):
+        now = time.monotonic()
+        doc["timings"][name] = round(now - clock[0], 2)
+        clock[0] = now
+
+    def generator_run(part, left_out=None, after=None, dtype="float32", workers="fork"):
+        """In the child: the kit installs the variant (``left_out``), the generator is imported from disk."""
         try:
-            module = importlib.import_module(GEN_MOD)
-        except BaseException as exc:  # noqa: BLE001
+            module = install_without(left_out) if left_out is not None else _fresh_generator()
+        except BaseException as exc:  # noqa: BLE001 - a variant that does not import: its proof reads why
             return {"ok": False, "stage": "import", "calls": [], "error": error_report(exc)}
-        return run_generator(module, model, calls[part], reference, layers, max_batched, after=after, dtype=dtype)
+        out = run_generator(module, model, calls[part], reference, layers, max_batched, after=after, dtype=dtype,
+                            workers=workers)
+        out["forked_from_harness"] = _forked_after_cuda_touch(out)
+        return out
+
+    def own_engine_here(key, left_out, observe=None):
+        """The harness process itself runs the variant, its worker as the platform starts it (spawn)."""
+        try:
+            module = install_without(left_out)
+        except BaseException as exc:  # noqa: BLE001
+            run = {"ok": False, "stage": "import", "calls": [], "error": error_report(exc)}
+        else:
+            run = run_generator(module, model, calls["proofs"], reference, layers, max_batched, after=observe,
+                                workers="spawn")
+        run["left_out"] = list(left_out)
+        run["in_harness_process"] = True
+        lap(f"proof {key} (in the harness process)")
+        return run
+
+    def own_engine(key, left_out, observe=None, workers="fork"):
+        run = in_child(generator_run, "proofs", left_out, observe, "float32", workers)
+        run["left_out"] = list(left_out)
+        lap(f"proof {key}")
+        return run
 
     _kit("--revert", "--force")
-    doc["pristine"] = {"run": run_installed("pristine")}
+    doc["pristine"] = {"run": in_child(generator_run, "pristine"), "files": _speculators_hashes()}
+    lap("pristine")
     _kit()
+    if "reverted" in parts:  # the kit's own revert after an apply: the pristine files and the failure come back
+        applied = _speculators_hashes()
+        _kit("--revert")
+        doc["reverted"] = {"applied_files": applied, "files": _speculators_hashes(),
+                           "run": in_child(generator_run, "pristine")}
+        _kit()
+        lap("reverted")
     surface, decisions = needed_decisions()
     needed = [d.patch.id for d in decisions]
     together = [pid for pid in together if pid in needed]
     singles = [pid for pid in needed if pid not in together]
     full_files = _files(sorted({rel for d in decisions for rel in d.patch.files(d.variant)}))
-    shared = {}
-    rest = singles
-
-    def after(gen):
-        nonlocal shared, rest
-        if "proofs" in parts:
-            shared, rest = shared_proofs(gen, singles, calls["proofs"], reference, layers, full_files)
-        return observe_engine(gen)
-
-    patched = {"run": run_installed("patched", after=after)}
-    if patched["run"].get("block_size"):
-        patched["request_hashing"] = observe_request_hashing(patched["run"]["block_size"])
-    doc["patched"] = patched
-    if "bf16" in parts:
-        doc["bf16"] = {"run": run_installed("bf16", dtype="bfloat16", fresh=False)}
+    report = {"surface": surface.fingerprint(), "needed": needed, "runs": {}}
+    variants = {}  # patch id -> the generator's source without it, for those left out on the patched engine
     if "proofs" in parts:
-        report = {"surface": surface.fingerprint(), "needed": needed, "runs": dict(shared),
-                  "shared_engine": sorted(shared)}
-        plan = [(pid, (pid,), None) for pid in rest if pid not in shared]
-        if together:
-            plan.append(("+".join(together), tuple(together), observe_reasons))
         try:
-            for key, left_out, observe in plan:
-                module = install_without(left_out)
-                run = run_generator(module, model, calls["proofs"], reference, layers, max_batched, after=observe)
-                run["left_out"] = list(left_out)
-                report["runs"][key] = run
+            for pid in singles:
+                _kit("--exclude", pid)
+                variant = _files(full_files)
+                if generate_only(full_files, variant):
+                    variants[pid] = variant[GENERATOR]
+                else:
+                    report["runs"][pid] = own_engine(pid, (pid,))
+            if together:  # spawned: what the platform does is one of the facts this run observes
+                key = "+".join(together)
+                report["runs"][key] = own_engine(key, tuple(together), observe_reasons, "spawn")
         finally:
-            install_without(())
+            _kit()
+    lap("variants")
+    # from here on the full set stays on disk
+    confirm_dir = Path(LOG).parent / "confirm"
+    confirm_started = start_confirm(model, confirm_dir) if "confirm" in parts else None
+
+    def patched_run():
+        found = {}
+
+        def after(gen):
+            if variants:
+                found["shared"], found["rest"] = shared_proofs(gen, variants, calls["proofs"], reference, layers)
+            return observe_engine(gen)
+
+        out = {"run": generator_run("patched", after=after), "shared": found.get("shared", {}),
+               "rest": found.get("rest", list(variants))}
+        if out["run"].get("block_size"):
+            out["request_hashing"] = observe_request_hashing(out["run"]["block_size"])
+        return out
+
+    patched = in_child(patched_run)
+    shared, rest = patched.pop("shared", {}), patched.pop("rest", list(variants))
+    doc["patched"] = patched
+    lap("patched")
+    if rest:  # the patched engine could not vouch for them: each its own engine, once the command line is done
+        if confirm_started is not None:  # the command line and the extract child read the files
+            confirm_started["cli"].wait()
+            if "extract" in confirm_started:
+                _wait(confirm_started["extract"][0], 600)
+        try:
+            for pid in rest:
+                report["runs"][pid] = own_engine(pid, (pid,))
+        finally:
+            _kit()
+    if "bf16" in parts:
+        doc["bf16"] = {"run": in_child(generator_run, "bf16", None, None, "bfloat16")}
+        lap("bf16")
+    if "proofs" in parts:
+        report["runs"].update(shared)
+        report["shared_engine"] = sorted(shared)
         dist = open_target("speculators")
         report["all_files_sha256"] = {
             rel: hashlib.sha256(dist.path(rel).read_bytes()).hexdigest()
             for d in decisions for rel in d.patch.files(d.variant)
         }
         doc["proofs"] = report
+    if confirm_started is not None:
+        doc["confirm"] = confirm_runs(model, confirm_dir, reference, layers, max_batched, confirm_started)
+        lap("confirm")
+    if "proofs" in parts:  # last: after this, speculators is imported in this process
+        unfaithful = [key for key, run in report["runs"].items() if run.get("forked_from_harness") == "cuda-touched"]
+        try:
+            for key in unfaithful:
+                observe = observe_reasons if key == "+".join(together) else None
+                report["runs"][key] = {**own_engine_here(key, tuple(report["runs"][key]["left_out"]), observe),
+                                       "forked_run": report["runs"][key]}
+        finally:
+            _kit()
     _kit()  # the lane is left with every needed patch, whatever ran
     return doc
 
@@ -637,7 +1089,7 @@ def main(argv=None) -> int:
     parser.add_argument("--model", required=True)
     parser.add_argument("--out", required=True)
     parser.add_argument("--mode", choices=("installed", "proofs", "cell"), default="installed")
-    parser.add_argument("--parts", default="pristine,patched,bf16,proofs",
+    parser.add_argument("--parts", default="pristine,reverted,patched,bf16,proofs",
                         help="--mode cell: what to run (pristine and patched always run)")
     parser.add_argument("--calls", default="1,11,33,11")
     parser.add_argument("--max-batched-tokens", type=int, default=96)

@@ -5,8 +5,13 @@ vLLM's own source facts (aux id j = output of decoder layer j - 1; the
 method exists from vLLM 0.17) and from the kit's other commands
 (``compat apply --json``'s surface fingerprint), never from confirm itself.
 
-Engine starts cost ~13 s each on an idle 2-core machine; every test that
-starts one is marked ``extract`` (deselect with ``-m 'not extract'``).
+The runs are the cell's (``harness.confirm_runs``, one harness process per
+cell): ``--reference none``, ``--reference vllm-extract`` with a prompts file
+(what vLLM's extract_hidden_states returned to it is saved as it ran, so the
+reference itself is held against HF without a second engine) and
+``--pipeline-parallel-size 2``, each compat confirm's own main() in a child
+forked from the harness.  The tests that read an engine's run are marked
+``extract`` (deselect with ``-m 'not extract'``).
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from compat.confirm import RTOL, make_calls
+from compat.confirm import RTOL
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -68,12 +73,25 @@ def rel_diffs(got: dict, want: dict, prompts, layers) -> dict:
 
 
 @pytest.fixture(scope="module")
-def hf_states(tiny_model):
-    """HF float32 ``output_hidden_states`` (all L + 1 entries) of 12 prompts, and the model's final norm."""
+def extract_run(confirm_report):
+    """The cell's ``compat confirm --reference vllm-extract --prompts FILE --calls 1,3`` and what vLLM's
+    extract_hidden_states returned to it (every prompt of the run, every layer), saved as it ran."""
+    import torch
+
+    run = confirm_report["extract"]
+    tee = torch.load(run["tee"]) if Path(run["tee"]).exists() else None
+    return run, tee
+
+
+@pytest.fixture(scope="module")
+def hf_states(tiny_model, extract_run):
+    """HF float32 ``output_hidden_states`` (all L + 1 entries) of the extract run's prompts, and the final norm."""
     import torch
     from transformers import AutoModelForCausalLM
 
-    prompts = [p for c in make_calls((1, 11)) for p in c]
+    run, tee = extract_run
+    assert tee is not None, run["output"][-3000:]
+    prompts = [list(p) for p in tee["refs"]]
     model = AutoModelForCausalLM.from_pretrained(tiny_model, dtype=torch.float32).eval()
     with torch.no_grad():
         states = {tuple(p): [h[0] for h in model(torch.tensor([p]), output_hidden_states=True).hidden_states]
@@ -83,17 +101,15 @@ def hf_states(tiny_model):
 
 @pytest.mark.extract
 @needs_extract
-def test_vllm_extract_equals_hf_at_aux_id_k_plus_1(tiny_model, hf_states, tmp_path, capsys):
+def test_vllm_extract_equals_hf_at_aux_id_k_plus_1(extract_run, hf_states, capsys):
     import torch
 
-    from compat.confirm_extract import run_reference
-
+    _, tee = extract_run
+    refs, meta = tee["refs"], tee["meta"]
     prompts, states, model = hf_states
     depth = model.config.num_hidden_layers
     layers = list(range(depth))
-    with open(tmp_path / "vllm.log", "wb") as log:
-        refs, meta = run_reference(tiny_model, prompts, layers, dtype="float32", work_dir=tmp_path / "work",
-                                   log_file=log)
+    assert len(prompts) >= 12, len(prompts)  # the file's 4 prompts and the 33 of the batch invariant
     assert meta["cpu_shim"] and meta["connector"] == "CpuHiddenStatesConnector" and meta["aux_ids"] == [1, 2, 3, 4]
     got = {}
     with torch.no_grad():  # HF's last entry is normed; vLLM's aux id L is the pre-norm output of layer L - 1
@@ -103,7 +119,7 @@ def test_vllm_extract_equals_hf_at_aux_id_k_plus_1(tiny_model, hf_states, tmp_pa
     want = {tuple(p): [states[tuple(p)][k + 1] for k in layers] for p in prompts}
     rel = rel_diffs(got, want, prompts, layers)
     with capsys.disabled():
-        print(f"\n  vllm-extract vs HF float32, max rel diff per layer: "
+        print("\n  vllm-extract vs HF float32, max rel diff per layer: "
               + ", ".join(f"{k}: {r:.2e}" for k, r in rel.items())
               + f" (reference engine start {meta['engine_start_s']} s, {len(prompts)} prompts in {meta['generate_s']} s)")
     assert all(r <= RTOL for r in rel.values()), rel
@@ -119,18 +135,15 @@ def test_vllm_extract_equals_hf_at_aux_id_k_plus_1(tiny_model, hf_states, tmp_pa
 
 @pytest.mark.extract
 @needs_extract
-def test_confirm_vllm_extract_report_is_tied_to_the_surface(patched_report, tiny_model, tmp_path):
+def test_confirm_vllm_extract_report_is_tied_to_the_surface(extract_run, tiny_model, tmp_path):
     from transformers import AutoTokenizer
 
-    prompts = tmp_path / "prompts.txt"
-    prompts.write_text("# token ids and text\n5 6 7 8 9 10\n[11, 12, 13]\nw1 w2 w3 w4\ntext: 1 2\n")
-    report = tmp_path / "report.json"
-    proc = confirm("--model", tiny_model, "--reference", "vllm-extract", "--prompts", str(prompts), "--calls", "1,3",
-                   "--layers", "0,3", "--report", str(report), "--log", str(tmp_path / "vllm.log"))
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    run, _ = extract_run
+    report = Path(run["report"])
+    assert run["returncode"] == 0, run["output"][-3000:]
     doc = json.loads(report.read_text())
     assert doc["verdict"] == "OK" and doc["reference"] == "vllm-extract" and doc["reference_run"]["cpu_shim"]
-    assert "equal vLLM extract_hidden_states aux id k+1" in proc.stdout
+    assert "equal vLLM extract_hidden_states aux id k+1" in run["output"]
 
     tok = AutoTokenizer.from_pretrained(tiny_model)
     text_ids = tok.encode("w1 w2 w3 w4")
@@ -164,14 +177,12 @@ def test_confirm_vllm_extract_report_is_tied_to_the_surface(patched_report, tiny
 
 
 @pytest.mark.extract
-def test_confirm_reference_none_checks_only_invariants(patched_report, tiny_model, tmp_path):
-    report = tmp_path / "report.json"
-    proc = confirm("--model", tiny_model, "--reference", "none", "--calls", "1", "--layers", "1,2",
-                   "--report", str(report))
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    doc = json.loads(report.read_text())
-    assert doc["verdict"] == "OK" and doc["reference"] == "none" and "no reference" in proc.stdout
-    assert "Hugging Face" not in proc.stderr  # no HF model was loaded
+def test_confirm_reference_none_checks_only_invariants(confirm_report):
+    run = confirm_report["none"]
+    assert run["returncode"] == 0, run["output"][-3000:]
+    doc = json.loads(Path(run["report"]).read_text())
+    assert doc["verdict"] == "OK" and doc["reference"] == "none" and "no reference" in run["output"]
+    assert "Hugging Face" not in run["output"]  # no HF model was loaded
     assert [c["n"] for c in doc["calls"]] == [1, 33, 1] and all(c["layers"] == {} for c in doc["calls"])
     assert doc["invariants"]["repeat"] == {"identical": True, "max_abs_diff": 0.0, "problems": []}
     assert sorted(int(k) for k in doc["invariants"]["batch"]["layers"]) == [1, 2]
@@ -180,12 +191,12 @@ def test_confirm_reference_none_checks_only_invariants(patched_report, tiny_mode
 # -- no engine --------------------------------------------------------------------------------------------------
 
 
-def test_pipeline_parallel_on_a_generator_without_it_exits_2(patched_report, tiny_model, tmp_path):
+def test_pipeline_parallel_on_a_generator_without_it_exits_2(confirm_report):
     """speculators 0.3.0 / 0.4.x's VllmHiddenStatesGenerator takes no pipeline_parallel_size (its signature)."""
-    report = tmp_path / "report.json"
-    proc = confirm("--model", tiny_model, "--pipeline-parallel-size", "2", "--report", str(report), timeout=300)
-    assert proc.returncode == 2 and "takes no pipeline_parallel_size" in proc.stderr, proc.stderr[-2000:]
-    assert not report.exists() and "Traceback" not in proc.stderr
+    run = confirm_report["pp"]
+    assert run["returncode"] == 2 and "takes no pipeline_parallel_size" in run["output"], run["output"][-2000:]
+    assert not Path(run["report"]).exists() and "Traceback" not in run["output"]
+    assert "starting the engine" not in run["output"]  # refused before any engine start
 
 
 def test_invariant_checks_catch_order_shape_nan_and_drift():

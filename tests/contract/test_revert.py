@@ -11,7 +11,7 @@ import base64
 import hashlib
 
 from compat.registry import load_patches
-from tests.contract.conftest import compat, harness
+from tests.contract.conftest import compat
 
 FILES = sorted({rel for patch in load_patches() if patch.target == "speculators"
                 for variant in patch.edits for rel in patch.files(variant)})
@@ -34,18 +34,26 @@ def test_the_kit_edits_the_config_module_too():
     assert "speculators/config.py" in FILES, FILES  # the transformers-5 import patch
 
 
-def test_revert_restores_pristine_and_the_failure(vllm_installed, pristine_report, patched_report, tiny_model, tmp_path):
+def test_revert_restores_pristine_and_the_failure(vllm_installed, pristine_report, reverted_report):
+    """In the cell's harness: pristine run, `compat.apply`, `compat.apply --revert`, the generator run again."""
     assert pristine_report["run"]["ok"] is False, "the pristine generator should fail on this lane"
     record = _record(vllm_installed)
     assert set(record) == set(FILES), f"RECORD lacks {set(FILES) - set(record)}"
-    compat()  # every needed patch on disk, whatever earlier tests left
-    patched = _installed(vllm_installed)
-    assert patched != record, "no file differs from RECORD after apply: nothing to revert?"
-    compat("--revert")
-    assert _installed(vllm_installed) == record
-    again = harness(tmp_path / "r.json", tiny_model, "--calls", "1")["run"]
+    assert pristine_report["files"] == record, "the pristine run did not run on the files pip installed"
+    assert reverted_report["applied_files"] != record, "no file differs from RECORD after apply: nothing to revert?"
+    assert reverted_report["files"] == record
+    again = reverted_report["run"]
     first = pristine_report["run"]["error"]
     assert again["error"] is not None and again["error"]["type"] == first["type"]
     assert again["error"]["message"] == first["message"]
+
+
+def test_revert_on_disk_and_apply_again(vllm_installed, patched_report):
+    """The same file-level round trip here, after every engine of the cell: RECORD's bytes back, then the patches."""
+    record = _record(vllm_installed)
+    compat()  # every needed patch on disk, whatever earlier tests left
+    assert _installed(vllm_installed) != record
+    compat("--revert")
+    assert _installed(vllm_installed) == record
     compat()  # leave the lane patched, as a user would
     assert compat("--verify").returncode == 0
