@@ -53,7 +53,8 @@ def compat(*args: str, check: bool = True) -> subprocess.CompletedProcess:
 
 
 def harness(out: Path, model: str, *args: str) -> dict:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    # the checkout first; a lane installed on PYTHONPATH (the GPU lane's unpacked payload) stays behind it
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, (str(ROOT), os.environ.get("PYTHONPATH"))))}
     proc = subprocess.run([sys.executable, "-m", "tests.contract.harness", "--model", model, "--out", str(out), *args],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=1200)
     if proc.returncode != 0 or not out.exists():
@@ -70,6 +71,21 @@ def vllm_installed():
     if missing:
         pytest.fail(f"contract tests need a lane with {', '.join(missing)} installed: python3 fixtures/lanes.py test")
     return found
+
+
+@pytest.fixture(scope="session")
+def engine_device(cell_report) -> str:
+    """The device type vLLM's platform resolved in the cell's harness ("cpu" in the CPU lanes, "cuda" on the GPU
+    lane): pytest's own process never imports vLLM."""
+    return cell_report["device_type"]
+
+
+@pytest.fixture(scope="session")
+def device_rtol(engine_device) -> float:
+    """The float32 per-layer bound on this device (compat.confirm_precision): CPU 1e-3, CUDA (TF32 attention) 2e-2."""
+    from compat.confirm_precision import choose
+
+    return choose("float32", engine_device).rtol
 
 
 @pytest.fixture(scope="session")

@@ -57,6 +57,24 @@ from compat.confirm import run_generator as _confirm_run  # noqa: E402
 LOG = None  # vLLM's log for this harness run (beside --out)
 
 
+def use_device_bound() -> None:
+    """The float32 bound of the device vLLM's platform resolves here (compat.confirm_precision): 1e-3 on CPU, 2e-2
+    on CUDA, whose float32 attention runs in TF32.  A caller's own RTOL (mla_harness --rtol) is kept."""
+    global RTOL, TOLERANCE_RULE
+    from compat.confirm import RTOL as DEFAULT
+    from compat.confirm_precision import choose
+    from vllm.platforms import current_platform  # NVML on CUDA: CUDA itself stays uninitialised in this process
+
+    global DEVICE_TYPE
+    DEVICE_TYPE = current_platform.device_type
+    if RTOL == DEFAULT:
+        bound = choose("float32", DEVICE_TYPE)
+        RTOL, TOLERANCE_RULE = bound.rtol, bound.rule
+
+
+DEVICE_TYPE = None  # vLLM's platform device type, set by use_device_bound()
+
+
 def run_generator(gen_module, model, calls, reference, layers, max_batched=None, after=None, dtype="float32",
                   workers=None):
     """compat.confirm's run (every captured layer vs HF), optionally observing the live engine.
@@ -70,7 +88,7 @@ def run_generator(gen_module, model, calls, reference, layers, max_batched=None,
     if workers is not None:
         with_workers(gen_module, workers)
     out = _confirm_run(gen_module, model, calls, reference, layers, max_batched, after=after, dtype=dtype,
-                       log_path=LOG)
+                       log_path=LOG, rtol=RTOL)
     out["workers"] = workers
     return out
 
@@ -945,7 +963,8 @@ def cell(model, parts, together, max_batched) -> dict:
 
     sizes = {"pristine": (1,), "patched": (1, 11, 33, 11), "proofs": (1, 11, 33), "bf16": (11,)}
     layers = list(range(num_layers(model)))
-    doc = {"layers": layers, "rtol": RTOL, "tolerance": TOLERANCE_RULE, "log": LOG, "parts": list(parts),
+    doc = {"layers": layers, "rtol": RTOL, "tolerance": TOLERANCE_RULE, "device_type": DEVICE_TYPE, "log": LOG,
+           "parts": list(parts),
            "static_api": observe_static_api(), "timings": {}}  # before speculators is imported (annotation probe)
     calls = {part: make_calls(sizes[part]) for part in sizes}
     prompts = {tuple(p): p for part in calls for c in calls[part] for p in c}
@@ -1100,6 +1119,7 @@ def main(argv=None) -> int:
     parser.add_argument("--runtime-checks", action="store_true")
     args = parser.parse_args(argv)
     LOG = args.out + ".vllm.log"
+    use_device_bound()
     import torch
 
     torch.set_num_threads(1)  # the parent only schedules and compares: two threads spin against the worker's
@@ -1113,7 +1133,7 @@ def main(argv=None) -> int:
     calls = make_calls([int(n) for n in args.calls.split(",")])
     layers = list(range(num_layers(args.model)))  # every layer the model has: none skipped
     started = time.monotonic()
-    doc = {"layers": layers, "rtol": RTOL, "tolerance": TOLERANCE_RULE, "log": LOG}
+    doc = {"layers": layers, "rtol": RTOL, "tolerance": TOLERANCE_RULE, "device_type": DEVICE_TYPE, "log": LOG}
     if args.runtime_checks:
         doc["static_api"] = observe_static_api()  # before speculators is imported (config annotation probe)
     reference = hf_reference(args.model, [p for call in calls for p in call], layers)
