@@ -932,6 +932,22 @@ def _busy_run(model, out_dir, reference, layers, max_batched) -> dict:
             "json_file": doc_path, "log": log, "hung": code is None}
 
 
+def _release_zmq_by_type() -> int:
+    """compat.confirm.release_zmq, matching on ``type(obj)`` instead of ``isinstance`` (see ``cell``)."""
+    import gc
+
+    try:
+        import zmq
+    except ImportError:
+        return 0
+    closed = 0
+    for obj in gc.get_objects():
+        if issubclass(type(obj), zmq.Context) and not obj.closed:
+            obj.destroy(linger=0)
+            closed += 1
+    return closed
+
+
 def _forked_after_cuda_touch(run) -> str | None:
     """In a child of the harness: "cuda-touched" when the run failed only because this process was forked from
     one that had asked torch about CUDA (a CUDA build of torch, as PyPI's; vLLM's platform detection asks), so
@@ -979,7 +995,16 @@ def cell(model, parts, together, max_batched) -> dict:
         clock[0] = now
 
     def generator_run(part, left_out=None, after=None, dtype="float32", workers="fork"):
-        """In the child: the kit installs the variant (``left_out``), the generator is imported from disk."""
+        """In the child: the kit installs the variant (``left_out``), the generator is imported from disk.
+
+        compat.confirm's zmq sweep after shutdown (``release_zmq``) destroys every zmq context left open, with
+        ``isinstance`` on every object of the process: that asks each lazy module proxy (openai's) for its
+        ``__class__``, which imports its module, ~1.5 s per run here.  These runs sweep with ``type()``, which
+        finds the same contexts (a proxy is never one) without importing anything; the command line and
+        compat confirm's other runs (``confirm_runs``) keep confirm's own sweep."""
+        from compat import confirm
+
+        confirm.release_zmq = _release_zmq_by_type
         try:
             module = install_without(left_out) if left_out is not None else _fresh_generator()
         except BaseException as exc:  # noqa: BLE001 - a variant that does not import: its proof reads why
