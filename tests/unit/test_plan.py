@@ -185,14 +185,20 @@ FLOORS = {
 
 # Speculators' own bugs: needed on every vLLM the generator runs on (no vLLM change point).
 ALWAYS = {"platform.block_size_and_kv_memory", "speculators.generator.settable_dtype",
-          "platform.workers_spawned_after_cuda_touch"}
+          "platform.workers_spawned_after_cuda_touch", "platform.cpu_workers_bind_every_core"}
 #: vLLM facts behind an ALWAYS patch, true from before the oldest floor (0.11.0) to the newest release:
-#: workers fork by default, and vLLM switches to spawn only when CUDA is already initialised.
+#: workers fork by default, and vLLM switches to spawn only when CUDA is already initialised; the CPU platform
+#: reads VLLM_CPU_NUM_OF_RESERVED_CPU.
 STEADY = {
     "platform.workers_spawned_after_cuda_touch": (
         Evidence("vllm/envs.py", r'"VLLM_WORKER_MULTIPROC_METHOD",\s*"fork"'),
         Evidence("vllm/utils/system_utils.py|vllm/utils/__init__.py",
                  r"def _maybe_force_spawn\(\):(?:\n(?:    .*|))*?\n    if cuda_is_initialized\(\):"),
+    ),
+    #: the reservation knob the patch defaults exists on every release (what auto binding reserves changed in
+    #: 0.20.0, from 0 at world size 1 to one core per local worker, but the generator's driver needs none on any)
+    "platform.cpu_workers_bind_every_core": (
+        Evidence("vllm/envs.py", r'"VLLM_CPU_NUM_OF_RESERVED_CPU":\s*lambda'),
     ),
 }
 OWN_BUGS = {
