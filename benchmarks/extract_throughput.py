@@ -38,8 +38,11 @@ for 1 s after the last message, which would steal a core from the next path.
 
 Threads: the generator's engine is vLLM's MultiprocExecutor, which binds its
 worker's OpenMP threads by ``VLLM_CPU_OMP_THREADS_BIND`` (default ``auto``:
-on x86 it reserves one core per worker for the driver process, so on a 2-core
-machine the worker gets 1 core).  The extract path's engine also reserves a
+from vLLM 0.20, on x86 it reserves one core per worker for the driver process,
+so on a 2-core machine the worker gets 1 core; the kit's p36 defaults
+VLLM_CPU_NUM_OF_RESERVED_CPU=0 inside the generator, so a patched generator's
+worker gets every core).  The extract child starts with the environment as it
+was before the generator ran, so p36's default does not reach vLLM's own engine.  The extract path's engine also reserves a
 core for the KV connector; when that leaves nothing it warns and gives the
 worker every core.  HF uses this process's torch threads.  The script prints,
 per path, torch.get_num_threads() in every process that computes, the CPU
@@ -84,6 +87,7 @@ PATHS = ("generator", "extract", "hf")
 WARMUP_PROMPTS = 4
 VOCAB = 512
 GEN_MOD = "speculators.data_generation.vllm_hidden_states_generator"
+ENV_BEFORE_ENGINES = dict(os.environ)  # main() takes it again once its own settings (--bind) are in
 
 
 # -- pieces every process uses ---------------------------------------------------------
@@ -285,7 +289,10 @@ class ExtractPath:
         spec_path.write_text(json.dumps(spec))
         cmd_r, cmd_w = os.pipe()
         rep_r, rep_w = os.pipe()
-        env = {**os.environ, "VLLM_ALLOW_INSECURE_SERIALIZATION": "1",
+        # the environment as it was before the generator started: the kit's patched generator sets defaults in
+        # this process's environment (p05's start method, p36's VLLM_CPU_NUM_OF_RESERVED_CPU=0), which must not
+        # leak into vLLM's own engine: it runs with vLLM's defaults
+        env = {**ENV_BEFORE_ENGINES, "VLLM_ALLOW_INSECURE_SERIALIZATION": "1",
                "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
         if bind:
             env["VLLM_CPU_OMP_THREADS_BIND"] = bind
@@ -457,6 +464,8 @@ def main(argv=None) -> int:
     if args.bind:
         os.environ["VLLM_CPU_OMP_THREADS_BIND"] = args.bind
     bind = os.environ.get("VLLM_CPU_OMP_THREADS_BIND")
+    ENV_BEFORE_ENGINES.clear()
+    ENV_BEFORE_ENGINES.update(os.environ)
     layers = capture_layers(args.layers)
     prompts = make_prompts(args.prompts, args.tokens)
     tokens = args.prompts * args.tokens
