@@ -120,8 +120,7 @@ PATCH = Patch(
     target="speculators",
     versions={"speculators": SPECULATORS},
     requires={},
-    symptom=(
-        "list index out of range",  # rank 1 of stage 1: kv_cache_configs[self.global_rank] (worker_base.py)
-    ),
+    # rank 1 (stage 1) at kv_cache_configs[self.global_rank] in worker_base.py; the driver's RuntimeError says:
+    symptom="Worker failed with error 'list index out of range'",
     edits={V030: _EDITS, V04X: _EDITS},
 )
