@@ -111,6 +111,10 @@ def with_workers(gen_module, method: str) -> None:
     if base is None:
         return
     base = getattr(base, "_harness_base", base)
+    if method == "fork" and DEVICE_TYPE not in (None, "cpu"):
+        # a GPU worker forked from here fails CUDA's init ("CUDA error: initialization error", H200, vLLM 0.20):
+        # this process imported vLLM's CUDA platform; vLLM itself spawns then
+        method = "spawn"
 
     class Executor(base):
         _harness_base = base
@@ -1028,8 +1032,9 @@ def cell(model, parts, together, max_batched) -> dict:
         lap(f"proof {key} (in the harness process)")
         return run
 
-    def own_engine(key, left_out, observe=None, workers="fork"):
-        run = in_child(generator_run, "proofs", left_out, observe, "float32", workers)
+    def own_engine(key, left_out, observe=None, workers="fork", installed=False):
+        """``installed``: the kit already wrote this variant (``--exclude``); the child only imports it."""
+        run = in_child(generator_run, "proofs", None if installed else left_out, observe, "float32", workers)
         run["left_out"] = list(left_out)
         lap(f"proof {key}")
         return run
@@ -1060,7 +1065,7 @@ def cell(model, parts, together, max_batched) -> dict:
                 if generate_only(full_files, variant):
                     variants[pid] = variant[GENERATOR]
                 else:
-                    report["runs"][pid] = own_engine(pid, (pid,))
+                    report["runs"][pid] = own_engine(pid, (pid,), installed=True)
             if together:  # spawned: what the platform does is one of the facts this run observes
                 key = "+".join(together)
                 report["runs"][key] = own_engine(key, tuple(together), observe_reasons, "spawn")
