@@ -14,9 +14,10 @@ import sys
 from pathlib import Path
 
 from compat.confirm import TOLERANCE_RULE, num_layers
+from compat.confirm_precision import choose
 
 
-def test_confirm_shows_only_its_own_lines_and_keeps_vllm_log(confirm_report, tiny_model):
+def test_confirm_shows_only_its_own_lines_and_keeps_vllm_log(confirm_report, tiny_model, engine_device):
     """The cell's one real ``python -m compat.confirm --log L --json-file J --calls 1,11`` (harness.confirm_runs)."""
     run = confirm_report["cli"]
     log, doc_path = Path(run["log"]), Path(run["json_file"])
@@ -30,7 +31,8 @@ def test_confirm_shows_only_its_own_lines_and_keeps_vllm_log(confirm_report, tin
     assert any("seqs per call" in line for line in shown), shown
     doc = json.loads(doc_path.read_text())
     every = list(range(num_layers(tiny_model)))
-    assert doc["layers"] == every and doc["tolerance"].startswith(TOLERANCE_RULE)  # then how the bound was chosen
+    rule = TOLERANCE_RULE if engine_device == "cpu" else choose("float32", engine_device).rule
+    assert doc["layers"] == every and doc["tolerance"].startswith(rule)  # then how the bound was chosen
     assert [c["n"] for c in doc["calls"]] == [1, 11, 33, 1]  # --calls, then the batch and repeat invariants
     for call in doc["calls"]:
         assert sorted(int(k) for k in call["layers"]) == every

@@ -74,7 +74,9 @@ def test_chunked_prefill_happened_where_claimed(patched_report):
         assert big and all(c["steps"] > 1 for c in big), calls  # whole prompts over several steps instead
 
 
-def test_block_size_comes_from_the_platform(patched_report):
+def test_block_size_comes_from_the_platform(patched_report, engine_device):
+    if engine_device != "cpu":  # CUDA's default, 16, is also speculators' constant: nothing to tell apart there
+        pytest.skip("observable on CPU only, where attention needs block_size % 32 == 0 (the generator says 16)")
     assert patched_report["run"]["block_size"] % 32 == 0  # CPU attention's constraint, resolved by vLLM
 
 
