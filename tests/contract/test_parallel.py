@@ -5,8 +5,8 @@ here: rank 0 on core 0, rank 1 on core 1) and uses gloo for the collectives.
 
 * TP=2: the generator's own ``tensor_parallel_size=2``, so ``collective_rpc`` really talks to
   two workers (``unique_reply_rank=0`` picks rank 0's captures; rank 1 captures nothing).
-  Checked against Hugging Face float32 at the kit's tolerance (1e-3), on the tiny Llama and on
-  the tiny DeepSeek-V3 (MLA + MoE, test_mla_models.py).
+  Checked against Hugging Face float32 at the kit's tolerance (1e-3), on the tiny Llama, the
+  tiny DeepSeek-V3 (MLA + MoE, test_mla_models.py) and the tiny Kimi-K2.5 (its wrapper).
 * PP=2: speculators exposes no pipeline_parallel_size; mla_harness builds the generator's
   ParallelConfig with ``pipeline_parallel_size=2`` (its module-level name, during
   construction), which is all a user can do.  Two stages, one rank each: the tiny Llama's 4
@@ -70,6 +70,16 @@ def tp2_deepseek(vllm_installed, tmp_path_factory):
                        "--tp", "2", "--rtol", "1e-3", "--calls", "1,11,33")
 
 
+@pytest.fixture(scope="session")
+def tp2_kimi(vllm_installed, tmp_path_factory):
+    """The Kimi-K2.5 shape (the multimodal wrapper over a DeepSeek-V3 decoder) at TP=2, as the real run shards it."""
+    from fixtures.tiny_mla import build, model_path
+
+    compat()
+    return mla_harness(tmp_path_factory.mktemp("tp2-kimi") / "r.json", build("kimi", model_path("kimi", CACHE)),
+                       "--tp", "2", "--rtol", "1e-3", "--calls", "1,11,33")
+
+
 def test_tp2_runs_two_workers_and_matches_hf(tp2_llama):
     run = tp2_llama["run"]
     assert run["error"] is None, (run["error"], run.get("worker_log", "")[-3000:])
@@ -87,6 +97,17 @@ def test_tp2_mla_moe_model_matches_hf(tp2_deepseek):
     assert run["error"] is None, (run["error"], run.get("worker_log", "")[-3000:])
     problems = [p for c in run["calls"] for p in c["problems"]]
     assert not problems, problems
+
+
+def test_tp2_kimi_wrapper_matches_hf(tp2_kimi):
+    """The wrapper model at TP=2: both ranks load the sharded MLA/MoE decoder under the multimodal wrapper; rank 0's
+    captures equal HF float32 on every layer (1e-3 of each layer's scale), calls crossing 11 and 32."""
+    run = tp2_kimi["run"]
+    assert run["error"] is None, (run["error"], run.get("worker_log", "")[-3000:])
+    assert [c["n"] for c in run["calls"]] == [1, 11, 33]
+    problems = [p for c in run["calls"] for p in c["problems"]]
+    assert not problems, problems
+    assert all(c["layers"] for c in run["calls"]), "no layer was compared"
 
 
 def _symptoms(pid: str) -> tuple:
