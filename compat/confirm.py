@@ -819,12 +819,18 @@ def abort_run(report: "Report", doc: dict) -> None:
         code = report.emit(doc)
         kill_engine_processes()
     finally:
-        for stream in (sys.stdout, sys.stderr):
-            try:
-                stream.flush()
-            except (OSError, ValueError):
-                pass
-        os._exit(code)
+        exit_now(code)
+
+
+def exit_now(code: int) -> None:
+    """Flush stdout and stderr (a closed or broken stream is no reason to hang), then ``os._exit``: no atexit
+    handler, no thread join, nothing of vLLM's shutdown can keep the process alive."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(code)
 
 
 class Report:

@@ -725,12 +725,9 @@ def _forked(target, out_dir, name):
 
             traceback.print_exc()
         finally:
-            for stream in (sys.stdout, sys.stderr):
-                try:
-                    stream.flush()
-                except (OSError, ValueError):
-                    pass
-            os._exit(code if isinstance(code, int) else 1)
+            from compat.confirm import exit_now
+
+            exit_now(code if isinstance(code, int) else 1)
     return pid, out_path
 
 
