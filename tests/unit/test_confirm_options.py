@@ -10,8 +10,8 @@ from __future__ import annotations
 import io
 import json
 import subprocess
-import zipfile
 import sys
+import zipfile
 from pathlib import Path
 
 import pytest
