@@ -643,6 +643,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "generator always passes trust_remote_code=True)")
     parser.add_argument("--max-model-len", type=int, default=512, metavar="N",
                         help="max_model_len of the engines; every prompt must be shorter (default: %(default)s)")
+    parser.add_argument("--gpu-memory-utilization", type=float, metavar="FRACTION",
+                        help="share of each GPU the generator's (and vllm-extract's) engine may take; lower it to run "
+                        "beside another engine on the same GPU (default: the generator's own, 0.8; no effect on CPU, "
+                        "where VLLM_CPU_KVCACHE_SPACE sizes the cache)")
     parser.add_argument("--max-batched-tokens", type=int, default=96,
                         help="token budget per step, to force chunked prefill (speculators 0.4.x; 0.3.0 has no such "
                         "argument and must not chunk)")
@@ -702,6 +706,8 @@ def run(args) -> int:
             return _usage(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
     if args.rtol is not None and not args.rtol > 0:
         return _usage(f"--rtol must be > 0, got {args.rtol}")
+    if args.gpu_memory_utilization is not None and not 0 < args.gpu_memory_utilization <= 1:
+        return _usage(f"--gpu-memory-utilization must lie in (0, 1], got {args.gpu_memory_utilization}")
     if args.prompts:
         from compat.confirm_prompts import PromptsError, calls_from, load_prompts
 
@@ -755,6 +761,8 @@ def run(args) -> int:
             return _usage(f"--pipeline-parallel-size {args.pipeline_parallel_size}: this speculators' generator takes "
                           f"no pipeline_parallel_size (its arguments: {', '.join(list(params)[1:])}); nothing was run")
         engine["pipeline_parallel_size"] = args.pipeline_parallel_size
+    if args.gpu_memory_utilization is not None:
+        engine["gpu_memory_utilization"] = args.gpu_memory_utilization  # both speculators 0.3.0 and 0.4.x take it
     t0 = time.monotonic()
     unique = [p for c in calls for p in c]
     try:
@@ -799,13 +807,20 @@ def _extract_reference(args, prompts, layers, log_path, say, report):
             refs, meta = run_reference(args.model, prompts, layers, dtype=args.dtype,
                                        tp=args.tensor_parallel_size, pp=args.pipeline_parallel_size,
                                        trust_remote_code=args.trust_remote_code, max_model_len=args.max_model_len,
-                                       work_dir=work, log_file=log)
+                                       work_dir=work, log_file=log, engine_args=_extract_engine_args(args))
     finally:
         shutil.rmtree(work, ignore_errors=True)
     report.extra["reference_run"] = meta
     say(f"reference ready: engine start {meta['engine_start_s']} s, {len(prompts)} sequences in "
         f"{meta['generate_s']} s" + (" (CPU shim connector)" if meta.get("cpu_shim") else ""))
     return (None, refs, num_layers(args.model))
+
+
+def _extract_engine_args(args) -> dict:
+    """vllm.LLM keyword arguments of the extract reference that follow the generator's."""
+    if args.gpu_memory_utilization is None:
+        return {}
+    return {"gpu_memory_utilization": args.gpu_memory_utilization}
 
 
 def abort_run(report: "Report", doc: dict) -> None:

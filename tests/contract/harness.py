@@ -73,6 +73,19 @@ def use_device_bound() -> None:
 
 
 DEVICE_TYPE = None  # vLLM's platform device type, set by use_device_bound()
+#: the share of a GPU each engine of this harness takes on CUDA (compat confirm --gpu-memory-utilization): the CLI
+#: confirm and the vllm-extract reference run beside the generator runs, and speculators' default 0.8 lets only
+#: one engine start per GPU (and the GPU lane runs sessions side by side); the tiny models need a few MiB of KV
+GPU_SHARE = 0.15
+
+
+def gpu_share_args() -> list[str]:
+    """compat confirm's arguments that let this harness's engines share the GPU (none on CPU)."""
+    return [] if DEVICE_TYPE in (None, "cpu") else ["--gpu-memory-utilization", str(GPU_SHARE)]
+
+
+def gpu_share_engine() -> dict:
+    return {} if DEVICE_TYPE in (None, "cpu") else {"gpu_memory_utilization": GPU_SHARE}
 
 
 def run_generator(gen_module, model, calls, reference, layers, max_batched=None, after=None, dtype="float32",
@@ -88,7 +101,7 @@ def run_generator(gen_module, model, calls, reference, layers, max_batched=None,
     if workers is not None:
         with_workers(gen_module, workers)
     out = _confirm_run(gen_module, model, calls, reference, layers, max_batched, after=after, dtype=dtype,
-                       log_path=LOG, rtol=RTOL)
+                       log_path=LOG, rtol=RTOL, engine=gpu_share_engine())
     out["workers"] = workers
     return out
 
@@ -571,7 +584,7 @@ def _drive(gen, cls, calls, reference, layers, recorder) -> dict:
         for prompts in calls:
             t0 = time.monotonic()
             results = gen.generate(prompts)
-            found = compare(results, prompts, reference, layers)
+            found = compare(results, prompts, reference, layers, rtol=RTOL)  # the device's bound, as run_generator
             call = {"n": len(prompts), "seconds": round(time.monotonic() - t0, 2), **recorder.take(), **found}
             call["problems"] = found["problems"][:20]
             out["calls"].append(call)
@@ -801,13 +814,15 @@ def start_confirm(model, out_dir) -> dict:
     with open(out_dir / "cli.stdout", "wb") as stdout, open(out_dir / "cli.stderr", "wb") as stderr:
         started["cli"] = subprocess.Popen(
             [sys.executable, "-m", "compat.confirm", "--model", model, "--log", str(out_dir / "cli.vllm.log"),
-             "--json-file", str(out_dir / "cli.json"), "--calls", "1,11"], cwd="/", stdout=stdout, stderr=stderr,
+             "--json-file", str(out_dir / "cli.json"), "--calls", "1,11", *gpu_share_args()], cwd="/", stdout=stdout,
+            stderr=stderr,
             env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
     started["cli_started"] = time.monotonic()
     if missing_reason() is None:
         prompts, report, tee = out_dir / "prompts.txt", str(out_dir / "extract.json"), str(out_dir / "extract.pt")
         prompts.write_text(EXTRACT_PROMPTS)
-        argv = ["--model", model, "--reference", "vllm-extract", "--prompts", str(prompts), "--calls", "1,3",
+        argv = ["--model", model, *gpu_share_args(), "--reference", "vllm-extract", "--prompts", str(prompts),
+                "--calls", "1,3",
                 "--report", report, "--log", str(out_dir / "extract.vllm.log")]
         t0 = time.monotonic()
         pid, out = _forked(lambda: _confirm_main(argv, tee=tee), out_dir, "extract")
@@ -833,13 +848,13 @@ def confirm_runs(model, out_dir, reference, layers, max_batched, started) -> dic
 
     t0 = time.monotonic()
     report = str(out_dir / "pp.json")
-    pid, out = _forked(lambda: _confirm_main(["--model", model, "--pipeline-parallel-size", "2", "--report",
+    pid, out = _forked(lambda: _confirm_main(["--model", model, *gpu_share_args(), "--pipeline-parallel-size", "2", "--report",
                                               report]), out_dir, "pp")
     finish("pp", pid, out, t0, report=report)
 
     t0 = time.monotonic()
     report = str(out_dir / "none.json")
-    pid, out = _forked(lambda: _confirm_main(["--model", model, "--reference", "none", "--calls", "1",
+    pid, out = _forked(lambda: _confirm_main(["--model", model, *gpu_share_args(), "--reference", "none", "--calls", "1",
                                               "--layers", "1,2", "--report", report]), out_dir, "none")
     finish("none", pid, out, t0, report=report)
 
@@ -863,7 +878,7 @@ def _death_run(model, out_dir) -> dict:
     import psutil
 
     log, doc = str(out_dir / "death.vllm.log"), str(out_dir / "death.json")
-    pid, out = _forked(lambda: _confirm_main(["--model", model, "--log", log, "--json-file", doc, "--calls",
+    pid, out = _forked(lambda: _confirm_main(["--model", model, *gpu_share_args(), "--log", log, "--json-file", doc, "--calls",
                                               DEATH_CALLS]), out_dir, "death")
     run = {"log": log, "json_file": doc, "confirm_pid": pid}
     deadline = time.monotonic() + 600
@@ -919,7 +934,8 @@ def _busy_run(model, out_dir, reference, layers, max_batched) -> dict:
 
         report = confirm.Report(argparse.Namespace(json=False, json_file=doc_path), layers)
         out = confirm.run_generator(module, model, make_calls((1,)), reference, layers, max_batched, after=after,
-                                    log_path=log, on_death=lambda doc: confirm.abort_run(report, doc))
+                                    log_path=log, on_death=lambda doc: confirm.abort_run(report, doc),
+                                    engine=gpu_share_engine())
         print("RETURNED", json.dumps(out.get("error"), default=str))
         return 3
 

