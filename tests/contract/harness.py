@@ -88,6 +88,40 @@ def gpu_share_engine() -> dict:
     return {} if DEVICE_TYPE in (None, "cpu") else {"gpu_memory_utilization": GPU_SHARE}
 
 
+def one_engine_at_a_time() -> bool:
+    """On CUDA the harness starts no engine while another of its engines runs: vLLM's start-up memory profile fails
+    when another process on the GPU frees memory meanwhile ("Error in memory profiling. Initial free memory 131.35
+    GiB, current free memory 137.94 GiB", vLLM 0.20 on an H200, the vllm-extract reference beside a generator run)."""
+    return DEVICE_TYPE not in (None, "cpu")
+
+
+class ReferenceInEachChild:
+    """HF's ``(model, refs, depth)``, computed in the process that first reads it: on CUDA, each forked child.
+
+    A child forked from a process that ran an HF model on CPU gets "CUDA error: initialization error" at its first
+    CUDA tensor (fixtures/gpu_lane/fork_probe.py on an H200, docs/gpu/fork_probe.json ``hf_cpu_model``), and the
+    generator's driver receives the workers' captures as CUDA tensors; so on CUDA the harness never runs HF before
+    it forks.  (On CPU the harness computes it once, before every fork.)
+    """
+
+    def __init__(self, model, prompts, layers):
+        self.args, self.pid, self.value = (model, prompts, layers), None, None
+
+    def _get(self):
+        if self.pid != os.getpid():
+            self.value, self.pid = hf_reference(*self.args), os.getpid()
+        return self.value
+
+    def __iter__(self):
+        return iter(self._get())
+
+    def __getitem__(self, index):
+        return self._get()[index]
+
+    def __len__(self):
+        return 3
+
+
 def run_generator(gen_module, model, calls, reference, layers, max_batched=None, after=None, dtype="float32",
                   workers=None):
     """compat.confirm's run (every captured layer vs HF), optionally observing the live engine.
@@ -818,6 +852,8 @@ def start_confirm(model, out_dir) -> dict:
             stderr=stderr,
             env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
     started["cli_started"] = time.monotonic()
+    if one_engine_at_a_time():
+        started["cli"].wait()
     if missing_reason() is None:
         prompts, report, tee = out_dir / "prompts.txt", str(out_dir / "extract.json"), str(out_dir / "extract.pt")
         prompts.write_text(EXTRACT_PROMPTS)
@@ -827,6 +863,8 @@ def start_confirm(model, out_dir) -> dict:
         t0 = time.monotonic()
         pid, out = _forked(lambda: _confirm_main(argv, tee=tee), out_dir, "extract")
         started["extract"] = (pid, out, t0, {"report": report, "tee": tee})
+        if one_engine_at_a_time():
+            _wait(pid, 600)
     return started
 
 
@@ -1002,7 +1040,11 @@ def cell(model, parts, together, max_batched) -> dict:
     calls = {part: make_calls(sizes[part]) for part in sizes}
     prompts = {tuple(p): p for part in calls for c in calls[part] for p in c}
     started = time.monotonic()
-    reference = hf_reference(model, list(prompts.values()), layers)
+    if one_engine_at_a_time():  # CUDA: see ReferenceInEachChild
+        reference = ReferenceInEachChild(model, list(prompts.values()), layers)
+        doc["hf_reference"] = "computed in each child (CUDA: the harness forks, and must not run HF first)"
+    else:
+        reference = hf_reference(model, list(prompts.values()), layers)
     doc["hf_seconds"] = round(time.monotonic() - started, 2)
     clock = [time.monotonic()]
 
