@@ -68,22 +68,31 @@ def stage_facts(worker) -> dict:
 STAGES: list = []
 
 
-def parallel_module(gen_module, tp: int, pp: int, pp_buffers: bool = False):
-    """A stand-in for the generator module whose class runs at TP=tp, PP=pp (nothing else changed)."""
+def parallel_module(gen_module, tp: int, pp: int, pp_buffers: bool = False, async_scheduling: bool | None = None):
+    """A stand-in for the generator module whose class runs at TP=tp, PP=pp (nothing else changed).
+
+    ``async_scheduling``: None leaves vLLM's own choice; True/False builds the generator's SchedulerConfig with it
+    (an A/B of one engine setting, as a user would pass it; the generator takes no such argument)."""
     base = gen_module.VllmHiddenStatesGenerator
 
     class Parallel(base):
         def __init__(self, *args, **kwargs):
             kwargs["tensor_parallel_size"] = tp
-            if pp == 1:
+            if pp == 1 and async_scheduling is None:
                 super().__init__(*args, **kwargs)
                 return
-            original = gen_module.ParallelConfig
-            gen_module.ParallelConfig = functools.partial(original, pipeline_parallel_size=pp)
+            originals = {"ParallelConfig": gen_module.ParallelConfig, "SchedulerConfig": gen_module.SchedulerConfig}
+            gen_module.ParallelConfig = functools.partial(originals["ParallelConfig"], pipeline_parallel_size=pp)
+            if async_scheduling is not None:
+                gen_module.SchedulerConfig = functools.partial(originals["SchedulerConfig"],
+                                                               async_scheduling=async_scheduling)
             try:
                 super().__init__(*args, **kwargs)
             finally:
-                gen_module.ParallelConfig = original
+                for name, value in originals.items():
+                    setattr(gen_module, name, value)
+            if pp == 1:
+                return
             if pp_buffers:
                 self.executor.collective_rpc(allocate_pp_buffers)
             STAGES.append(self.executor.collective_rpc(stage_facts))
@@ -114,6 +123,7 @@ def main(argv=None) -> int:
     parser.add_argument("--pp", type=int, default=1)
     parser.add_argument("--pp-buffers", action="store_true", help="allocate stage 1's receive buffer (vLLM CPU bug)")
     parser.add_argument("--vllm-ref")
+    parser.add_argument("--async-scheduling", choices=("on", "off"), help="default: vLLM's own choice")
     ours, rest = parser.parse_known_args(argv)
 
     from fixtures import tiny_mla
@@ -132,8 +142,9 @@ def main(argv=None) -> int:
             confirm.compare.__globals__["RTOL"] = ours.rtol
 
     def our_run(gen_module, *args, **kwargs):
-        if ours.tp > 1 or ours.pp > 1:
-            gen_module = parallel_module(gen_module, ours.tp, ours.pp, ours.pp_buffers)
+        chosen = None if ours.async_scheduling is None else ours.async_scheduling == "on"
+        if ours.tp > 1 or ours.pp > 1 or chosen is not None:
+            gen_module = parallel_module(gen_module, ours.tp, ours.pp, ours.pp_buffers, chosen)
         if ours.rtol is not None and takes_rtol:
             kwargs["rtol"] = ours.rtol
         return run(gen_module, *args, **kwargs)
