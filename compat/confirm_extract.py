@@ -199,11 +199,13 @@ def child(spec_path: str) -> int:
     files = []
     for output in outputs:
         path = (output.kv_transfer_params or {}).get("hidden_states_path")
-        if path:
+        if path and os.path.exists(path + ".lock"):
             import fcntl
 
             with open(path + ".lock") as lock:  # vLLM's own handshake: the writer holds LOCK_EX until written
                 fcntl.flock(lock, fcntl.LOCK_SH)
+        # no .lock: vLLM < 0.21's connector, which writes the file in save_kv_layer before the step returns
+        # (read in the wheels: 0.20.x has no .lock, the handshake arrived in 0.21.0; found on an H200 with vLLM 0.20.0)
         files.append(path)
     meta = {"engine_start_s": round(engine_start_s, 2), "generate_s": round(time.monotonic() - t0, 2),
             "connector": transfer["kv_connector"], "cpu_shim": cpu, "aux_ids": spec["aux_ids"], "files": files}

@@ -13,24 +13,21 @@ PATCH = Patch(
     why=(
         "vLLM 0.14.0 changed SchedulerConfig.async_scheduling's default to None, which VllmConfig resolves "
         "to True on GPU. The generator drives schedule/execute/sample synchronously and never calls "
-        "update_from_output, so async scheduling's output placeholders desynchronise its bookkeeping."
+        "update_from_output. With one pipeline stage that changes nothing (left out on an H200, vLLM 0.20, the "
+        "hidden states equalled the patched run's to the last digit, docs/gpu records a, c, h); at pipeline-parallel "
+        "size 2 with async scheduling on, a call of 11 sequences came back wrong on every layer (4.0-7.4 x each "
+        "layer's mean|h|, one sequence alone was right), and with async scheduling off it matched HF (6e-3)."
     ),
     how="Construct SchedulerConfig(async_scheduling=False).",
     upstream="vllm-project/vllm v0.14.0 (SchedulerConfig.async_scheduling default None)",
-    removal="when speculators sets async_scheduling=False itself",
+    removal=(
+        "when speculators sets async_scheduling=False itself, or when a PP=2 run on CUDA with async scheduling on "
+        "matches HF (tests/contract/test_parallel.py proves it there; an earlier retirement rested on PP=1 runs only)"
+    ),
     target="speculators",
     versions={"vllm": ">=0.13.0.dev0", "speculators": SPECULATORS},
     requires={"scheduler_config.async_scheduling_default": ("None->auto-on",)},
-    symptom="(GPU only: vLLM's CPU platform forces async_scheduling=False)",
+    # GPU only (vLLM's CPU platform forces async_scheduling=False), and only at pipeline-parallel size > 1
+    symptom="wrong hidden states: at pipeline-parallel size 2 with async scheduling on, calls of several sequences",
     edits={V030: {GENERATOR: (_EDIT,)}, V04X: {GENERATOR: (_EDIT,)}},
-    retired=(
-        "Left out on CUDA, where vLLM 0.20 resolves async scheduling to True (observed in the engine and in every "
-        "worker's GPUModelRunner.use_async_scheduling), the generator's hidden states equal the patched run's to "
-        "the last digit: speculators 0.4.0.1 over 826 scheduler steps with chunked prefill (calls of 33, 11, 40 "
-        "and 5 sequences at 32 tokens a step, 341+52+402+24 chunked steps), also with finished prefills kept "
-        "running, and speculators 0.3.0 (calls of 1, 11, 33, 11, 33, 1) on an H200 (docs/gpu, records a, c, h). "
-        "Why: the generator builds the plain Scheduler, never AsyncScheduler, and never calls update_from_output, "
-        "so no output placeholder is ever scheduled; async scheduling changes only the worker's output copy, "
-        "which prefill captures do not read. Re-evaluate if speculators starts decoding or builds AsyncScheduler."
-    ),
 )

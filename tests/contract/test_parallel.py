@@ -43,6 +43,7 @@ pytestmark = pytest.mark.parallel
 BIND = {"VLLM_CPU_OMP_THREADS_BIND": "0|1"}
 PP_PATCH = "speculators.worker.pipeline_parallel_captures"
 KV_PATCH = "speculators.generator.kv_cache_config_per_rank"
+ASYNC_PATCH = "vllm.scheduler_config.async_scheduling_auto_on"
 PP2 = ("--pp", "2", "--pp-buffers")  # two stages, stage 1's receive buffer allocated (vLLM CPU bug, module docstring)
 
 
@@ -133,10 +134,10 @@ def pp2_llama(tiny_model, tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def pp2_llama_proofs(tiny_model, tmp_path_factory):
-    """p33, then p35, each left out by the kit itself (compat.apply --exclude) on its own PP=2 engine."""
+    """p33, p35, then p17, each left out by the kit itself (compat.apply --exclude) on its own PP=2 engine."""
     compat()
     return mla_harness(tmp_path_factory.mktemp("pp2-proofs") / "r.json", tiny_model, *PP2, "--calls", "1,11",
-                       "--mode", "proofs", "--only", PP_PATCH, "--only", KV_PATCH)
+                       "--mode", "proofs", "--only", PP_PATCH, "--only", KV_PATCH, "--only", ASYNC_PATCH)
 
 
 _PP2_MLA: dict = {}
@@ -211,6 +212,21 @@ def test_pp2_without_the_per_rank_kv_config_patch_stops_at_kv_cache_init(pp2_lla
     log = Path(run["log"]).read_text()
     assert "Worker_PP1" in log and "kv_cache_configs[self.global_rank]" in log, log[-3000:]
     assert len(pp2_llama_proofs["pp_stages"]) == 1  # this engine never finished __init__
+
+
+def test_pp2_without_the_async_scheduling_patch(pp2_llama_proofs):
+    """p17 left out at PP=2.  On CUDA vLLM resolves async scheduling on, and the 11-sequence call comes back wrong on
+    every layer (H200, vLLM 0.20: 4.0-7.4 x each layer's mean|h|) while one sequence alone is right; with async
+    scheduling off the same run matched HF.  vLLM's CPU platform forces it off, so there the run stays right."""
+    run = pp2_llama_proofs["proofs"]["runs"][ASYNC_PATCH]
+    assert run["left_out"] == [ASYNC_PATCH], run
+    assert run["error"] is None, (run["error"], run.get("worker_log", "")[-3000:])
+    wrong = {c["n"]: bool(c["problems"]) for c in run["calls"]}
+    if _device_type() == "cpu":
+        assert wrong == {1: False, 11: False}, [c["problems"] for c in run["calls"]]
+        return
+    assert wrong == {1: False, 11: True}, wrong
+    assert _symptoms(ASYNC_PATCH)[0].startswith("wrong hidden states"), _symptoms(ASYNC_PATCH)  # silent, as declared
 
 
 def _device_type() -> str:
