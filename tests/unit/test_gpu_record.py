@@ -48,3 +48,23 @@ def test_equality_needs_async_scheduling_observed_on():
     rec = copy.deepcopy(raw[("h", "no_async_030_fp32")])
     rec["observed"]["async_scheduling"] = False
     assert gpu_record.judge("equal", ("h", "ok_030_fp32"), rec, raw)[0] == "failed"
+
+
+def test_pp2_async_runs_are_judged_by_which_calls_are_wrong():
+    raw = _raw()
+    wrong, right = raw[("pp2_async", "default")], raw[("pp2_async", "off")]
+    assert gpu_record.judge("calls_wrong", {1: False, 11: True}, wrong, raw)[0] == "passed"
+    assert gpu_record.judge("calls_wrong", {1: False, 11: True}, right, raw)[0] == "failed"  # the right run is not it
+    assert gpu_record.judge("calls_wrong", {1: False, 11: False}, wrong, raw)[0] == "failed"
+
+
+def test_junit_files_keep_each_tests_latest_outcome(tmp_path):
+    def junit(path, outcome):
+        body = "<failure message='boom'/>" if outcome == "failed" else ""
+        path.write_text(f"<testsuite><testcase classname='tests.contract.test_x' name='test_y' time='1'>{body}"
+                        "</testcase></testsuite>")
+        return path
+
+    old, new = junit(tmp_path / "a.xml", "failed"), junit(tmp_path / "b.xml", "passed")
+    assert [t["outcome"] for t in gpu_record.build(junit=[old, new])["contract"]] == ["passed"]
+    assert [t["outcome"] for t in gpu_record.build(junit=[new, old])["contract"]] == ["failed"]
