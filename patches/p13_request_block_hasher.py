@@ -45,7 +45,8 @@ PATCH = Patch(
         "request.block_hasher": ("optional", "required"),
     },
     symptom=(
-        "assert len(request.block_hashes) >= num_full_blocks",  # vLLM 0.12-0.2x
+        "assert len(request.block_hashes) >= num_full_blocks",  # vLLM 0.12-0.23
+        "assert len(block_hashes) >= num_full_blocks",  # vLLM 0.24-0.25 (hashes regrouped per block size first)
         "in cache_full_blocks\n    block_hash = new_block_hashes[i]",  # later: IndexError in BlockPool.cache_full_blocks
     ),
     edits={

@@ -385,6 +385,42 @@ def worker_facts(worker) -> dict:
     }
 
 
+#: vLLM's thread-binding knobs: the binding runs unset them, so the engine binds as vLLM does by default ("auto")
+BINDING_VARS = ("VLLM_CPU_OMP_THREADS_BIND", "VLLM_CPU_NUM_OF_RESERVED_CPU", "VLLM_CPU_SIM_MULTI_NUMA")
+BINDING_PATCH = "platform.cpu_workers_bind_every_core"
+
+
+def thread_binding_facts(worker=None) -> dict:
+    """Runs inside each vLLM worker (collective_rpc): its OpenMP threads and the cores they may run on.
+
+    vLLM pins the pool's threads one core each (its preloaded libgomp's GOMP_CPU_AFFINITY, else OMP_PLACES or
+    KMP_AFFINITY) and the main thread on the first, so the pool's cores are the union over its threads."""
+    import torch
+
+    torch.mm(torch.ones(256, 256), torch.ones(256, 256))  # an OpenMP region: the pool's threads exist
+    tasks = {}
+    for tid in sorted(os.listdir("/proc/self/task"), key=int):
+        try:
+            with open(f"/proc/self/task/{tid}/stat") as f:
+                name = f.read().split("(", 1)[1].rsplit(")", 1)[0]
+            tasks[tid] = [name, sorted(os.sched_getaffinity(int(tid)))]
+        except OSError:
+            continue
+    keys = ("OMP_NUM_THREADS", "OMP_PLACES", "OMP_PROC_BIND", "GOMP_CPU_AFFINITY", "KMP_AFFINITY", "LD_PRELOAD",
+            "VLLM_CPU_NUM_OF_RESERVED_CPU")
+    return {"threads": torch.get_num_threads(), "cores": sorted({c for _, cores in tasks.values() for c in cores}),
+            "main_thread": sorted(os.sched_getaffinity(0)), "tasks": tasks, **{k: os.environ.get(k) for k in keys}}
+
+
+def observe_thread_binding(gen) -> dict:
+    replies = gen.executor.collective_rpc(thread_binding_facts)
+    return {"allowed": sorted(os.sched_getaffinity(0)), "workers": replies if isinstance(replies, list) else [replies]}
+
+
+def observe_reasons_and_binding(gen) -> dict:
+    return {**observe_reasons(gen), "binding": observe_thread_binding(gen)}
+
+
 def observe_reasons(gen) -> dict:
     """The facts a patch's 'cannot show on this CPU' claim rests on, from the live engine and its workers."""
     import inspect as _inspect
@@ -699,6 +735,13 @@ def _speculators_hashes() -> dict:
     rels = sorted({rel for patch in load_patches() if patch.target == "speculators"
                    for variant in patch.edits for rel in patch.files(variant)})
     return {rel: hashlib.sha256(dist.path(rel).read_bytes()).hexdigest() for rel in rels if dist.path(rel).exists()}
+
+
+def _process_started() -> float:
+    """When this process started (epoch seconds): what its imports cost shows in the cell's timings."""
+    import psutil
+
+    return psutil.Process().create_time()
 
 
 def in_child(fn, *args) -> dict:
@@ -1035,7 +1078,7 @@ def cell(model, parts, together, max_batched) -> dict:
     sizes = {"pristine": (1,), "patched": (1, 11, 33, 11), "proofs": (1, 11, 33), "bf16": (11,)}
     layers = list(range(num_layers(model)))
     doc = {"layers": layers, "rtol": RTOL, "tolerance": TOLERANCE_RULE, "device_type": DEVICE_TYPE, "log": LOG,
-           "parts": list(parts),
+           "parts": list(parts), "ready_after_s": round(time.time() - _process_started(), 2),
            "static_api": observe_static_api(), "timings": {}}  # before speculators is imported (annotation probe)
     calls = {part: make_calls(sizes[part]) for part in sizes}
     prompts = {tuple(p): p for part in calls for c in calls[part] for p in c}
@@ -1053,7 +1096,7 @@ def cell(model, parts, together, max_batched) -> dict:
         doc["timings"][name] = round(now - clock[0], 2)
         clock[0] = now
 
-    def generator_run(part, left_out=None, after=None, dtype="float32", workers="fork"):
+    def generator_run(part, left_out=None, after=None, dtype="float32", workers="fork", vllm_binding=False):
         """In the child: the kit installs the variant (``left_out``), the generator is imported from disk.
 
         compat.confirm's zmq sweep after shutdown (``release_zmq``) destroys every zmq context left open, with
@@ -1064,6 +1107,9 @@ def cell(model, parts, together, max_batched) -> dict:
         from compat import confirm
 
         confirm.release_zmq = _release_zmq_by_type
+        if vllm_binding:  # bind as vLLM does by default ("auto"): only in this child, before vLLM reads them
+            for name in BINDING_VARS:
+                os.environ.pop(name, None)
         try:
             module = install_without(left_out) if left_out is not None else _fresh_generator()
         except BaseException as exc:  # noqa: BLE001 - a variant that does not import: its proof reads why
@@ -1087,9 +1133,11 @@ def cell(model, parts, together, max_batched) -> dict:
         lap(f"proof {key} (in the harness process)")
         return run
 
-    def own_engine(key, left_out, observe=None, workers="fork", installed=False):
-        """``installed``: the kit already wrote this variant (``--exclude``); the child only imports it."""
-        run = in_child(generator_run, "proofs", None if installed else left_out, observe, "float32", workers)
+    def own_engine(key, left_out, observe=None, workers="fork", installed=False, vllm_binding=False):
+        """``installed``: the kit already wrote this variant (``--exclude``); the child only imports it.
+        ``vllm_binding``: the engine binds its threads as vLLM does by default (``BINDING_VARS`` unset)."""
+        run = in_child(generator_run, "proofs", None if installed else left_out, observe, "float32", workers,
+                       vllm_binding)
         run["left_out"] = list(left_out)
         lap(f"proof {key}")
         return run
@@ -1111,6 +1159,9 @@ def cell(model, parts, together, max_batched) -> dict:
     singles = [pid for pid in needed if pid not in together]
     full_files = _files(sorted({rel for d in decisions for rel in d.patch.files(d.variant)}))
     report = {"surface": surface.fingerprint(), "needed": needed, "runs": {}}
+    # the spawned runs also observe how vLLM binds their worker's threads by default (test_thread_binding.py): the
+    # BINDING_PATCH proof without it, the together run with it
+    binding = "binding" in parts and "proofs" in parts and BINDING_PATCH in singles and bool(together)
     variants = {}  # patch id -> the generator's source without it, for those left out on the patched engine
     if "proofs" in parts:
         try:
@@ -1119,11 +1170,18 @@ def cell(model, parts, together, max_batched) -> dict:
                 variant = _files(full_files)
                 if generate_only(full_files, variant):
                     variants[pid] = variant[GENERATOR]
+                elif pid == BINDING_PATCH and binding:
+                    # OpenMP binds a worker's threads from the environment vLLM sets before the worker starts
+                    # (OMP_PLACES, GOMP_CPU_AFFINITY, KMP_AFFINITY): only a spawned worker shows it, a forked one
+                    # keeps this process's OpenMP runtime (seen on vllm-cpu 0.32.0: 1 thread on cores [0, 1])
+                    report["runs"][pid] = own_engine(pid, (pid,), observe_thread_binding, "spawn", installed=True,
+                                                     vllm_binding=True)
                 else:
                     report["runs"][pid] = own_engine(pid, (pid,), installed=True)
             if together:  # spawned: what the platform does is one of the facts this run observes
                 key = "+".join(together)
-                report["runs"][key] = own_engine(key, tuple(together), observe_reasons, "spawn")
+                observe = observe_reasons_and_binding if binding else observe_reasons
+                report["runs"][key] = own_engine(key, tuple(together), observe, "spawn", vllm_binding=binding)
         finally:
             _kit()
     lap("variants")
@@ -1183,6 +1241,10 @@ def cell(model, parts, together, max_batched) -> dict:
                                        "forked_run": report["runs"][key]}
         finally:
             _kit()
+    if binding:
+        together_run = report["runs"]["+".join(together)]
+        doc["binding"] = {"left_out": report["runs"][BINDING_PATCH],
+                          "patched": {**together_run, "runtime": (together_run.get("runtime") or {}).get("binding")}}
     _kit()  # the lane is left with every needed patch, whatever ran
     return doc
 
