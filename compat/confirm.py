@@ -754,6 +754,7 @@ def run(args) -> int:
     except BaseException as exc:  # noqa: BLE001
         doc = {"ok": False, "stage": "import", "calls": [], "error": error_report(exc), "log": str(log_path)}
         return report.emit(doc)
+    _tie_to_files(report.extra)  # the files this process imported, not whatever lies on disk when it ends
     params = inspect.signature(module.VllmHiddenStatesGenerator.__init__).parameters
     engine = {"tensor_parallel_size": args.tensor_parallel_size, "max_model_len": args.max_model_len}
     if args.pipeline_parallel_size > 1:
@@ -889,15 +890,26 @@ def _rule(rtol: float) -> str:
     return f"per layer max|diff| / mean|h_ref| <= {rtol:g}"
 
 
-def _tie(doc: dict) -> None:
-    """The report's ``confirmed`` block (surface fingerprint, generator files, versions), devices and timings."""
+def _tie_to_files(doc: dict) -> None:
+    """The report's ``confirmed`` block (surface fingerprint, generator files, versions), taken once: right after
+    the generator is imported, so a run of many minutes does not describe files that changed on disk meanwhile
+    (kept when ``doc`` has it already)."""
     from compat import confirm_report
 
+    if "confirmed" in doc:
+        return
     try:
         doc["confirmed"] = confirm_report.confirmed_block()
     except Exception as exc:  # noqa: BLE001 - the run's own verdict still stands; --check will refuse this report
         doc["confirmed"] = None
         doc["confirmed_error"] = f"{type(exc).__name__}: {exc}"
+
+
+def _tie(doc: dict) -> None:
+    """The report's ``confirmed`` block (``_tie_to_files``), devices and timings."""
+    from compat import confirm_report
+
+    _tie_to_files(doc)
     doc["devices"] = confirm_report.device_names()
     timings = doc.setdefault("timings", {})
     timings.setdefault("engine_start_s", doc.get("engine_start_s"))

@@ -23,15 +23,15 @@ Modes:
                   and never speculators, and runs each generator in a child forked from it (speculators
                   imported fresh from the files on disk, as in a new interpreter), whose vLLM worker is
                   forked from that child: ~2 s per engine start instead of ~10 s of spawned imports.
-                  First what needs other files than the full patch set: the pristine generator (reverted),
-                  the kit's apply then --revert with the generator run again, each proof that needs an
-                  engine of its own, and the patches that cannot show here left out together (spawned:
-                  that the CPU platform spawns its workers is one of the facts it observes).  Then the full
-                  set stays on disk: compat confirm's real command line and its vllm-extract run start
-                  beside the rest; the patched run with the runtime checks, on whose engine each patch whose
-                  edits lie only in ``generate()`` is left out (the variant's class drives the live engine,
-                  then the full set runs the same calls on it and must match HF); bf16; compat confirm's
-                  other runs (``confirm_runs``).
+                  First the full set on disk: compat confirm's real command line and its vllm-extract run start,
+                  and bf16 and confirm's short runs fill the time until both have read their files.  Then, beside
+                  those two, what needs other files: the pristine generator (reverted), the kit's apply then
+                  --revert with the generator run again, each proof that needs an engine of its own, and the
+                  patches that cannot show here left out together (spawned: that the CPU platform spawns its
+                  workers is one of the facts it observes).  Then the full set again: the patched run with the
+                  runtime checks, on whose engine each patch whose edits lie only in ``generate()`` is left out
+                  (the variant's class drives the live engine, then the full set runs the same calls on it and
+                  must match HF).
 
 Every run records the scheduler's steps (tokens per request per step), so a
 claim that prefill was chunked is observed, not assumed.
@@ -853,14 +853,27 @@ def _kill_tree(pid: int) -> None:
             pass
 
 
-def _confirm_main(argv, tee=None):
+#: the module speculators' generator names as its worker_extension_cls (0.3.0 and 0.4.x)
+WORKER_EXTENSION = "speculators.data_generation.custom_worker"
+
+
+def _confirm_main(argv, tee=None, imported=None):
     """compat confirm's own main() in this (forked) process, its workers forked from here too.
 
     ``tee``: also save what vLLM's extract_hidden_states reference returned (refs and meta) there.
+    ``imported``: a file written once every speculators module the run will use is imported (the generator, and
+    the worker extension its forked workers inherit): from then on the run reads no speculators file on disk.
     """
+    import importlib
+    import importlib.util
+
     from compat import confirm
 
     with_workers(_fresh_generator(), "fork")
+    if importlib.util.find_spec(WORKER_EXTENSION) is not None:
+        importlib.import_module(WORKER_EXTENSION)
+    if imported is not None:
+        Path(imported).write_text("imported\n")
     if tee is not None:
         import torch
 
@@ -904,47 +917,73 @@ def start_confirm(model, out_dir) -> dict:
                 "--calls", "1,3",
                 "--report", report, "--log", str(out_dir / "extract.vllm.log")]
         t0 = time.monotonic()
-        pid, out = _forked(lambda: _confirm_main(argv, tee=tee), out_dir, "extract")
+        marker = out_dir / "extract.imported"
+        pid, out = _forked(lambda: _confirm_main(argv, tee=tee, imported=marker), out_dir, "extract")
         started["extract"] = (pid, out, t0, {"report": report, "tee": tee})
+        started["extract_imported"] = marker
         if one_engine_at_a_time():
             _wait(pid, 600)
     return started
 
 
-def confirm_runs(model, out_dir, reference, layers, max_batched, started) -> dict:
-    """Every compat confirm run the tests read, on the patched lane: the two ``start_confirm`` began, and
-    main() of the same module in children forked from this process, one at a time (their workers forked):
-    --reference none, --pipeline-parallel-size 2, a worker killed after the engine started, and a worker
-    killed while the main thread is busy outside vLLM."""
+def wait_until_confirm_read_its_files(out_dir, started, limit_s=600) -> float:
+    """Block until the two ``start_confirm`` runs have read every speculators file they use, so the files on disk
+    may change under them: the command line once its engine started (its spawned worker imported the worker
+    extension; compat confirm ties its report to the files when it imported them), the extract run once its
+    marker says so.  A run that ended meanwhile reads nothing more.  Returns the seconds waited."""
+    t0 = time.monotonic()
+    deadline = t0 + limit_s
+    cli, stderr = started["cli"], out_dir / "cli.stderr"
+    while cli.poll() is None and "engine started" not in stderr.read_text(errors="replace"):
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"compat confirm's command line did not start its engine within {limit_s} s")
+        time.sleep(0.1)
+    if "extract" in started:
+        pid, marker = started["extract"][0], started["extract_imported"]
+        while not marker.exists() and _wait(pid, 0) is None:  # _wait keeps the exit code of one that ended
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the vllm-extract run did not import speculators within {limit_s} s")
+            time.sleep(0.1)
+    return round(time.monotonic() - t0, 2)
+
+
+def _finish(runs, name, pid, out_path, t0, limit_s=600, **extra):
+    code = _wait(pid, limit_s)
+    if code is None:
+        _kill_tree(pid)
+        code = _wait(pid, 30)
+        extra["hung"] = True
+    runs[name] = {"returncode": code, "output": out_path.read_text(errors="replace"),
+                  "seconds": round(time.monotonic() - t0, 2), **extra}
+
+
+def confirm_forked_runs(model, out_dir, reference, layers, max_batched) -> dict:
+    """compat confirm's short runs, main() of the same module in children forked from this process, one at a
+    time (their workers forked): --pipeline-parallel-size 2, --reference none, a worker killed after the engine
+    started, and a worker killed while the main thread is busy outside vLLM."""
     runs = {}
-
-    def finish(name, pid, out_path, t0, limit_s=600, **extra):
-        code = _wait(pid, limit_s)
-        if code is None:
-            _kill_tree(pid)
-            code = _wait(pid, 30)
-            extra["hung"] = True
-        runs[name] = {"returncode": code, "output": out_path.read_text(errors="replace"),
-                      "seconds": round(time.monotonic() - t0, 2), **extra}
-
     t0 = time.monotonic()
     report = str(out_dir / "pp.json")
     pid, out = _forked(lambda: _confirm_main(["--model", model, *gpu_share_args(), "--pipeline-parallel-size", "2", "--report",
                                               report]), out_dir, "pp")
-    finish("pp", pid, out, t0, report=report)
+    _finish(runs, "pp", pid, out, t0, report=report)
 
     t0 = time.monotonic()
     report = str(out_dir / "none.json")
     pid, out = _forked(lambda: _confirm_main(["--model", model, *gpu_share_args(), "--reference", "none", "--calls", "1",
                                               "--layers", "1,2", "--report", report]), out_dir, "none")
-    finish("none", pid, out, t0, report=report)
+    _finish(runs, "none", pid, out, t0, report=report)
 
     runs["death"] = _death_run(model, out_dir)
     runs["busy"] = _busy_run(model, out_dir, reference, layers, max_batched)
+    return runs
 
+
+def finish_confirm(out_dir, started, runs) -> dict:
+    """The two runs ``start_confirm`` began, waited for and added to ``runs``."""
     if "extract" in started:
         pid, out, t0, extra = started["extract"]
-        finish("extract", pid, out, t0, **extra)
+        _finish(runs, "extract", pid, out, t0, **extra)
     cli = started["cli"]
     cli.wait(timeout=900)
     runs["cli"] = {"log": str(out_dir / "cli.vllm.log"), "json_file": str(out_dir / "cli.json"),
@@ -1063,11 +1102,13 @@ def cell(model, parts, together, max_batched) -> dict:
     (``in_child``), its worker forked from that child, except the run that leaves out the patches whose bug
     cannot show here (``together``): it observes that vLLM's CPU platform spawns its workers, so it spawns.
 
-    First whatever needs other files on disk than the full patch set: pristine, reverted, each proof with an
-    engine of its own (its worker imports nothing: it inherits the variant its child imported) and the
-    ``together`` run.  Then the full set stays on disk: compat confirm's real command line starts beside the
-    rest (``confirm_runs``), the patched run leaves out on its own engine each patch whose edits lie only in
-    generate() (their sources written by the kit before), then bf16 and the other confirm runs.
+    First the full set on disk: compat confirm's real command line and its vllm-extract run start
+    (``start_confirm``), and the runs that need the full set fill the time until both have read every speculators
+    file they use (bf16, ``confirm_forked_runs``; ``wait_until_confirm_read_its_files``).  Then, while those two
+    go on beside the rest, whatever needs other files on disk: pristine, reverted, each proof with an engine of
+    its own (its worker imports nothing: it inherits the variant its child imported) and the ``together`` run.
+    Then the full set again: the patched run leaves out on its own engine each patch whose edits lie only in
+    generate() (their sources written by the kit before); last, the two confirm runs are waited for.
     """
     import hashlib
 
@@ -1142,6 +1183,23 @@ def cell(model, parts, together, max_batched) -> dict:
         lap(f"proof {key}")
         return run
 
+    # First the full set on disk: compat confirm's command line and its vllm-extract run start, and the runs that
+    # need the full set (bf16, confirm's short runs) fill the time until both have read their files; then the
+    # files may change under them (pristine, reverted, the proofs) while they go on beside the rest.
+    _kit()
+    confirm_dir = Path(LOG).parent / "confirm"
+    confirm_started = start_confirm(model, confirm_dir) if "confirm" in parts else None
+    lap("confirm started")
+    if "bf16" in parts:
+        doc["bf16"] = {"run": in_child(generator_run, "bf16", None, None, "bfloat16")}
+        lap("bf16")
+    if confirm_started is not None:
+        confirm = confirm_forked_runs(model, confirm_dir, reference, layers, max_batched)
+        lap("confirm's short runs")
+        doc["timings"]["waited for confirm to read its files"] = wait_until_confirm_read_its_files(
+            confirm_dir, confirm_started)
+        clock[0] = time.monotonic()
+
     _kit("--revert", "--force")
     doc["pristine"] = {"run": in_child(generator_run, "pristine"), "files": _speculators_hashes()}
     lap("pristine")
@@ -1185,9 +1243,6 @@ def cell(model, parts, together, max_batched) -> dict:
         finally:
             _kit()
     lap("variants")
-    # from here on the full set stays on disk
-    confirm_dir = Path(LOG).parent / "confirm"
-    confirm_started = start_confirm(model, confirm_dir) if "confirm" in parts else None
 
     def patched_run():
         found = {}
@@ -1207,19 +1262,12 @@ def cell(model, parts, together, max_batched) -> dict:
     shared, rest = patched.pop("shared", {}), patched.pop("rest", list(variants))
     doc["patched"] = patched
     lap("patched")
-    if rest:  # the patched engine could not vouch for them: each its own engine, once the command line is done
-        if confirm_started is not None:  # the command line and the extract child read the files
-            confirm_started["cli"].wait()
-            if "extract" in confirm_started:
-                _wait(confirm_started["extract"][0], 600)
+    if rest:  # the patched engine could not vouch for them: each its own engine
         try:
             for pid in rest:
                 report["runs"][pid] = own_engine(pid, (pid,))
         finally:
             _kit()
-    if "bf16" in parts:
-        doc["bf16"] = {"run": in_child(generator_run, "bf16", None, None, "bfloat16")}
-        lap("bf16")
     if "proofs" in parts:
         report["runs"].update(shared)
         report["shared_engine"] = sorted(shared)
@@ -1230,8 +1278,8 @@ def cell(model, parts, together, max_batched) -> dict:
         }
         doc["proofs"] = report
     if confirm_started is not None:
-        doc["confirm"] = confirm_runs(model, confirm_dir, reference, layers, max_batched, confirm_started)
-        lap("confirm")
+        doc["confirm"] = finish_confirm(confirm_dir, confirm_started, confirm)
+        lap("waited for confirm's command line and vllm-extract run")
     if "proofs" in parts:  # last: after this, speculators is imported in this process
         unfaithful = [key for key, run in report["runs"].items() if run.get("forked_from_harness") == "cuda-touched"]
         try:
