@@ -165,7 +165,7 @@ def test_confirm_vllm_extract_report_is_tied_to_the_surface(extract_run, tiny_mo
     assert doc["confirmed"]["versions"]["vllm"] == str(_vllm_version())
     assert doc["confirmed"]["versions"]["torch"] == metadata.version("torch")
     assert doc["confirmed"]["versions"]["speculators"] == metadata.version("speculators")
-    assert doc["devices"]["kind"] == "cpu" and doc["tensor_parallel_size"] == 1 == doc["pipeline_parallel_size"]
+    assert doc["devices"]["kind"] == engine_device and doc["tensor_parallel_size"] == 1 == doc["pipeline_parallel_size"]
     timings = doc["timings"]
     assert timings["reference_s"] > 0 and timings["engine_start_s"] > 0 and len(timings["calls_s"]) == 4
 
