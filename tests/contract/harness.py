@@ -883,8 +883,9 @@ def _confirm_main(argv, tee=None, imported=None):
     """compat confirm's own main() in this (forked) process, its workers forked from here too.
 
     ``tee``: also save what vLLM's extract_hidden_states reference returned (refs and meta) there.
-    ``imported``: a file written once every speculators module the run will use is imported (the generator, and
-    the worker extension its forked workers inherit): from then on the run reads no speculators file on disk.
+    ``imported``: a file written once the run has read every speculators file it uses: the generator and the
+    worker extension its forked workers inherit are imported first, and compat confirm ties its report to the
+    files on disk right after its own import of the generator (``_tie_to_files``), which writes the file.
     """
     import importlib
     import importlib.util
@@ -895,7 +896,13 @@ def _confirm_main(argv, tee=None, imported=None):
     if importlib.util.find_spec(WORKER_EXTENSION) is not None:
         importlib.import_module(WORKER_EXTENSION)
     if imported is not None:
-        Path(imported).write_text("imported\n")
+        tie = confirm._tie_to_files
+
+        def tie_then_mark(doc):
+            tie(doc)
+            Path(imported).write_text("read\n")
+
+        confirm._tie_to_files = tie_then_mark
     if tee is not None:
         import torch
 
