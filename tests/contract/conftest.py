@@ -160,7 +160,7 @@ def proofs_report(cell_report):
 
 @pytest.fixture(scope="session")
 def confirm_report(cell_report):
-    """compat confirm's runs on the patched lane (harness.confirm_runs): the command line, --reference none,
+    """compat confirm's runs on the patched lane (harness.start_confirm, confirm_forked_runs, finish_confirm): the command line, --reference none,
     vllm-extract (vLLM >= 0.17), --pipeline-parallel-size 2, a killed worker, a killed worker while busy."""
     return cell_report["confirm"]
 

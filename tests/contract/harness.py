@@ -1175,7 +1175,7 @@ def cell(model, parts, together, max_batched) -> dict:
         ``isinstance`` on every object of the process: that asks each lazy module proxy (openai's) for its
         ``__class__``, which imports its module, ~1.5 s per run here.  These runs sweep with ``type()``, which
         finds the same contexts (a proxy is never one) without importing anything; the command line and
-        compat confirm's other runs (``confirm_runs``) keep confirm's own sweep."""
+        compat confirm's other runs (``confirm_forked_runs``) keep confirm's own sweep."""
         from compat import confirm
 
         confirm.release_zmq = _release_zmq_by_type

@@ -18,7 +18,7 @@ from compat.confirm_precision import choose
 
 
 def test_confirm_shows_only_its_own_lines_and_keeps_vllm_log(confirm_report, tiny_model, engine_device):
-    """The cell's one real ``python -m compat.confirm --log L --json-file J --calls 1,11`` (harness.confirm_runs)."""
+    """The cell's one real ``python -m compat.confirm --log L --json-file J --calls 1,11`` (harness.start_confirm, confirm_forked_runs, finish_confirm)."""
     run = confirm_report["cli"]
     log, doc_path = Path(run["log"]), Path(run["json_file"])
     shown = (run["stderr"] + run["stdout"]).splitlines()
