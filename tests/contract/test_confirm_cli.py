@@ -49,3 +49,11 @@ def test_confirm_rejects_a_path_that_is_no_checkpoint(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "compat.confirm", "--model", str(tmp_path)],
                           capture_output=True, text=True, cwd="/")
     assert proc.returncode == 2 and "no config.json" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_the_installed_files_held_the_full_set_while_confirm_ran(cell_report, confirm_report):
+    """compat confirm's command line and its vllm-extract run read the installed files: until both had read every
+    file they use (``harness.wait_until_confirm_read_its_files``) the files were the ones, bytes and mtimes,
+    that the kit wrote before those two started; the cell's proofs import their variants from copies after."""
+    held = cell_report["full_set"]
+    assert held["when_confirm_started"] and held["when_it_had_read_them"] == held["when_confirm_started"], held

@@ -180,5 +180,17 @@ def test_unobservable_patches_are_left_out_and_their_reasons_observed(surface, p
     assert not failures, "\n".join(failures)
 
 
+def test_each_proof_imported_the_variant_the_kit_wrote(proofs_report):
+    """The proofs run side by side, each importing what the kit wrote with ``--exclude`` from a copy beside the
+    install (``harness.snapshot_variant``): the driver, and every worker of a run that got as far as observing
+    them (the spawned ones included), imported speculators from that copy, never the installed full set."""
+    seen = {key: run["speculators_from"] for key, run in proofs_report["runs"].items() if run.get("speculators_from")}
+    assert any(where["workers"] for where in seen.values()), proofs_report["runs"].keys()
+    for key, where in seen.items():
+        files = [where["driver"], *(where["workers"] or [])]
+        strays = [f for f in files if not str(f).startswith(where["variant"] + "/")]
+        assert not strays, f"{key}: speculators imported from {strays}, not from its variant {where['variant']}"
+
+
 def test_proofs_leave_the_full_patch_set_installed(proofs_report):
     assert compat("--verify").returncode == 0
