@@ -12,6 +12,8 @@ import argparse
 import importlib
 import sys
 
+from . import exit_policy
+
 COMMANDS = ("apply", "plan", "surface", "catalogue", "confirm")
 USAGE_ERROR = 2  # argparse's own exit status for a bad command line
 
@@ -46,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help(sys.stderr)
         return USAGE_ERROR
     args = parser.parse_args(argv)
-    return args.handler(args)
+    return exit_policy.run(args.handler, args)
 
 
 if __name__ == "__main__":
