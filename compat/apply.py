@@ -37,7 +37,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print the report as JSON instead of the table")
     parser.add_argument("--json-file", metavar="PATH", help="also write the report as JSON to PATH")
     parser.add_argument("--exclude", action="append", default=[], metavar="ID",
-                        help="leave the patch with this id out (repeatable)")
+                        help="leave the patch with this id out (repeatable); with --verify: accept that it is "
+                        "not on disk (without it, a needed patch that is not on disk is a problem)")
     parser.add_argument("--force", action="store_true", help="with --revert: restore even drifted files")
     parser.add_argument("--brief", action="store_true",
                         help="list only patches with something to do or on disk (JSON still lists all)")

@@ -477,7 +477,11 @@ class Patcher:
             problems.extend(self._missing_markers(decision))
         for d in plan.decisions:
             if d.verdict == "apply" and d.on_disk == "excluded":
-                notes.append(f"{d.patch.id}: needed now, left out by the last apply (--exclude); `compat apply` adds it")
+                problems.append(f"{d.patch.id}: needed and not on disk: the last apply left it out (--exclude "
+                                f"{d.patch.id}); `compat apply` adds it, `--verify --exclude {d.patch.id}` accepts "
+                                f"its absence")
+            elif d.verdict == "excluded" and d.on_disk in ("excluded", "not applied"):
+                notes.append(f"{d.patch.id}: needed, not on disk, left out on purpose (--exclude)")
             elif d.verdict == "apply":
                 problems.append(f"{d.patch.id}: needed and not applied (run `compat apply`)")
             elif d.verdict in ("not-needed", "out-of-range") and d.on_disk in ("applied", "partial"):
