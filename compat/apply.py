@@ -206,8 +206,9 @@ def run_targets(mode: str, decisions: list[Decision], fingerprint: str, site=Non
 
 
 def _revert(args) -> int:
+    """Revert every target; one that cannot be reverted is a finding, and the others are still reverted."""
     patches = registry.load_patches()
-    restored, missing = [], []
+    result, missing = Result(), []
     targets = sorted({p.target for p in patches})
     for target in targets:
         try:
@@ -216,11 +217,16 @@ def _revert(args) -> int:
             missing.append(exc)
             continue
         watched = sorted({f for p in patches if p.target == target for v in p.edits for f in p.files(v)})
-        restored += patcher.revert(force=args.force, watched=watched)
+        try:
+            result.written += patcher.revert(force=args.force, watched=watched)
+        except PatchError as exc:  # a refusal, on stderr as every refusal; the report lists it too
+            print(f"error: {exc}", file=sys.stderr)
+            result.problems.append(exc.finding())
     if len(missing) == len(targets):
         raise missing[0]
+    restored = result.written
     lines = [f"revert: restored {len(restored)} file(s)" + (f": {', '.join(restored)}" if restored else "")]
-    return _finish(args, "revert", None, Result(), restored=restored, lines=lines)
+    return _finish(args, "revert", None, replace(result, written=[]), restored=restored, lines=lines)
 
 
 if __name__ == "__main__":

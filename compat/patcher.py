@@ -335,11 +335,13 @@ class Patcher:
         return Plan(plan.decisions, plan.files, None, plan.stale, tuple(sorted(writes)))
 
     def _run(self, manifest: Manifest, action: str, writes: dict[str, tuple[bytes | None, bytes]],
-             pristine: dict[str, bytes], next_state: dict | None) -> None:
-        """Write-ahead, then move the files, then commit: the one way any file of the target changes."""
+             pristine: dict[str, bytes], next_state: dict | None, check: Sequence[str] = ()) -> None:
+        """Write-ahead, then move the files, then commit: the one way any file of the target changes.
+
+        ``check``: with ``next_state`` None (a revert), files that must match RECORD before the state goes."""
         if not writes:
             if next_state is None:
-                shutil.rmtree(self.target.state_dir, ignore_errors=True)
+                self._drop_state(manifest, check)
             else:
                 manifest.begin(action, {}, next_state)
                 manifest.commit()
@@ -368,7 +370,7 @@ class Patcher:
                 done.append(relpath)
         except OSError as exc:
             self._roll_back(manifest, writes, done, exc)
-        self._finish(manifest)
+        self._finish(manifest, check)
 
     def _replace(self, relpath: str, data: bytes) -> None:
         path = self.target.path(relpath)
@@ -393,14 +395,26 @@ class Patcher:
         raise EnvironmentProblem(f"writing {self.target.name} failed: {exc}. Every file was put back; "
                                  f"nothing was changed.") from exc
 
-    def _finish(self, manifest: Manifest) -> None:
+    def _finish(self, manifest: Manifest, check: Sequence[str] = ()) -> None:
         """Commit the pending state (or drop all state after a revert)."""
         if (manifest.pending or {}).get("state") is None:
-            shutil.rmtree(self.target.state_dir)
+            self._drop_state(manifest, check)
             return
         manifest.commit()
         self._save(manifest)
         shutil.rmtree(self.target.state_dir / "pending", ignore_errors=True)
+
+    def _drop_state(self, manifest: Manifest, check: Sequence[str]) -> None:
+        """Delete the state after a revert, once every file in ``check`` is back at RECORD's bytes."""
+        differing = [rel for rel in check if rel in self.target.record
+                     and self._sha_now(rel) not in (None, self.target.record[rel])]
+        if differing:
+            if manifest.pending:
+                manifest.abort()
+                self._save(manifest)
+            raise PatchError(f"after the revert {', '.join(differing)} still differ(s) from {self.target.name}'s "
+                             f"RECORD; the patcher state in {self.target.state_dir} is kept")
+        shutil.rmtree(self.target.state_dir, ignore_errors=True)
 
     def _save(self, manifest: Manifest) -> None:
         try:
@@ -517,46 +531,55 @@ class Patcher:
             return self._revert_locked(force, tuple(watched))
 
     def _revert_locked(self, force: bool, watched: tuple[str, ...]) -> list[str]:
+        """Every file the state names (manifest, backups, a pending run) and every watched file ends at RECORD's
+        bytes, or nothing is restored and the state stays: a file without a RECORD-proven backup cannot be
+        put back by this kit, and dropping the state would lose the proof of which bytes were ours."""
         root = self.target.state_dir / "pristine"
-        if not root.is_dir():
-            differing = [rel for rel in watched if rel in self.target.record and self._sha_now(rel) not in
-                         (None, self.target.record[rel])]
-            if differing:
-                raise PatchError(
-                    f"{', '.join(differing)} differ(s) from {self.target.name} {self.target.version}'s RECORD, and "
-                    f"there is no patcher state in {self.target.state_dir} to restore from. Nothing was restored; "
-                    f"reinstall it: pip install --force-reinstall --no-deps {self.target.name}=={self.target.version}"
-                )
-            if self.target.state_dir.exists():
-                shutil.rmtree(self.target.state_dir)
-            return []
         try:
             manifest = self.manifest()
             known_by_file = {rel: manifest.known(rel) for rel in manifest.files}
         except EnvironmentProblem:
             if not force:
-                raise PatchError(f"the manifest in {self.target.state_dir} cannot be used, so this kit cannot tell "
-                                 f"its own bytes from a drift; use --force to restore the RECORD-proven backups")
+                raise EnvironmentProblem(f"the manifest in {self.target.state_dir} cannot be used, so this kit cannot "
+                                         f"tell its own bytes from a drift; use --force to restore the RECORD-proven "
+                                         f"backups")
             manifest = Manifest(self.target.manifest_path, self.target.name, self.target.version)
             known_by_file = {}
-        writes, pristine = {}, {}
-        for backup in sorted(p for p in root.rglob("*") if p.is_file()):
-            relpath = backup.relative_to(root).as_posix()
-            data = self._read_path(backup)
+        backups = {p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file()} if root.is_dir() else set()
+        ours = set(manifest.files) | set((manifest.pending or {}).get("files", {})) | backups
+        writes, pristine, unproven = {}, {}, []
+        for relpath in sorted(ours | set(watched)):
             expected = self.target.record.get(relpath)
             if expected is None:
-                raise PatchError(f"backup {backup} has no RECORD entry in {self.target.name}; refusing to write "
-                                 f"it back unchecked. Nothing was restored.")
-            if sha256(data) != expected:
-                raise PatchError(f"backup {backup} does not match RECORD; refusing to restore it")
-            if self._link_problem(relpath):
-                raise PatchError(self._link_problem(relpath))
+                if relpath in backups:
+                    raise PatchError(f"backup {self.target.backup(relpath)} has no RECORD entry in {self.target.name}; "
+                                     f"refusing to write it back unchecked. Nothing was restored.")
+                if relpath in ours:
+                    unproven.append(f"{relpath} (no sha256 in RECORD)")
+                continue
+            link = self._link_problem(relpath)
+            if link:
+                raise PatchError(link)
             current = self._read(relpath)
-            ours = current is None or current == data or sha256(current) in known_by_file.get(relpath, set())
-            if not ours and not force:
-                raise PatchError(f"{relpath} was changed by something other than this kit; use --force to restore anyway")
-            if current != data:
-                writes[relpath] = (current, data)
+            if current is not None and sha256(current) == expected:
+                continue
+            data = self._read_path(self.target.backup(relpath)) if relpath in backups else None
+            if data is None or sha256(data) != expected:
+                where = "its backup does not match RECORD" if data is not None else "there is no backup of it"
+                unproven.append(f"{relpath} ({where})")
+                continue
+            if not (current is None or sha256(current) in known_by_file.get(relpath, set())) and not force:
+                raise PatchError(f"{relpath} was changed by something other than this kit; use --force to restore "
+                                 f"anyway")
+            writes[relpath] = (current, data)
             pristine[relpath] = data
-        self._run(manifest, "revert", writes, pristine, None)
+        if unproven:
+            state = (f"the patcher state in {self.target.state_dir} is kept" if self.target.state_dir.exists() else
+                     f"there is no patcher state in {self.target.state_dir} to restore from")
+            raise PatchError(
+                f"{', '.join(unproven)}: differ(s) from {self.target.name} {self.target.version}'s RECORD and this "
+                f"kit holds no RECORD-proven copy to restore. Nothing was restored; {state}. Reinstall it: "
+                f"pip install --force-reinstall --no-deps {self.target.name}=={self.target.version}"
+            )
+        self._run(manifest, "revert", writes, pristine, None, check=sorted(ours | set(watched)))
         return sorted(writes)

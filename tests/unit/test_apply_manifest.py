@@ -109,3 +109,4 @@ def test_the_cli_refuses_a_wrong_typed_manifest_with_exit_2_and_force_reverts(si
     forced = cli(site, "--revert", "--force")
     assert forced.returncode == 0, forced.stdout + forced.stderr
     assert snapshot(site) == pristine
+
