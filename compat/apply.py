@@ -178,11 +178,15 @@ def run_targets(mode: str, decisions: list[Decision], fingerprint: str, site=Non
             plans[target] = patcher.plan(groups[target])
             if plans[target].interrupted:
                 outcome.problems.append(Finding("problem", plans[target].interrupted))
+            if plans[target].running:
+                outcome.problems.append(Finding("environment", plans[target].running))
     elif mode == "verify":
         for target, patcher in patchers.items():
             result = patcher.verify(groups[target])
             plans[target] = result.plan
             outcome.problems += [Finding("problem", p) for p in result.problems]
+            if result.plan.running:
+                outcome.problems.append(Finding("environment", result.plan.running))
             outcome.notes += result.notes
     else:
         if len(patchers) > 1:  # all or nothing across targets: plan every one before writing any

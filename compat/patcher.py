@@ -28,7 +28,7 @@ from filelock import FileLock, Timeout
 from . import textfile, verdicts
 from .declaration import AnchorError
 from .errors import EnvironmentProblem, PatchError
-from .state import Manifest, atomic_write, make_dirs
+from .state import Manifest, atomic_write, make_dirs, writer_running
 from .target import Target, open_target
 from .verdicts import Decision, FileView
 
@@ -99,7 +99,8 @@ class Plan:
 
     decisions: tuple[Decision, ...]
     files: dict[str, FileState]
-    interrupted: str | None = None  # an earlier run's write-ahead record is still open
+    interrupted: str | None = None  # an earlier run's write-ahead record is still open, its writer gone
+    running: str | None = None  # another process is writing right now (its write-ahead record is open)
     stale: tuple[str, ...] = ()  # files we patched whose pristine copy can no longer be proven
     written: tuple[str, ...] = ()
 
@@ -254,7 +255,7 @@ class Patcher:
             resolved.append(verdicts.on_files(decision, views, failed.get(decision.patch.id),
                                               decision.patch.id in excluded_before))
         stale = tuple(s.relpath for s in states.values() if s.problem and s.relpath in manifest.files and not s.patches)
-        return Plan(tuple(resolved), states, self._interrupted(manifest), stale)
+        return Plan(tuple(resolved), states, self._interrupted(manifest), running=self._running(manifest), stale=stale)
 
     def _file_state(self, relpath: str, needed: Sequence[Decision], manifest: Manifest) -> FileState:
         state = FileState(relpath, patches=[d.patch.id for d in needed if relpath in d.patch.files(d.variant)])
@@ -293,12 +294,20 @@ class Patcher:
 
     def _interrupted(self, manifest: Manifest) -> str | None:
         pending = manifest.pending
-        if not pending:
+        if not pending or writer_running(pending):
             return None
         total = len(pending["files"])
         done = sum(1 for rel, e in pending["files"].items() if self._sha_now(rel) == e["after_sha256"])
         return (f"an interrupted {pending['action']} (started {pending.get('started_at', '?')}) left {done} of "
                 f"{total} file(s) written; the next `compat apply` or `compat apply --revert` finishes it first")
+
+    @staticmethod
+    def _running(manifest: Manifest) -> str | None:
+        pending = manifest.pending
+        if not pending or not writer_running(pending):
+            return None
+        return (f"a {pending['action']} (pid {pending.get('pid')}, started {pending.get('started_at', '?')}) is "
+                f"writing {len(pending['files'])} file(s) right now; what is on disk is in flux: try again when it ends")
 
     def _sha_now(self, relpath: str) -> str | None:
         data = self._read(relpath)
@@ -332,7 +341,7 @@ class Patcher:
         writes = {rel: (s.current, s.wanted) for rel, s in plan.files.items()
                   if s.wanted is not None and s.current != s.wanted and (s.patches or rel in manifest.files)}
         self._run(manifest, "apply", writes, {rel: plan.files[rel].pristine for rel in writes}, next_state)
-        return Plan(plan.decisions, plan.files, None, plan.stale, tuple(sorted(writes)))
+        return Plan(plan.decisions, plan.files, None, plan.stale, written=tuple(sorted(writes)))
 
     def _run(self, manifest: Manifest, action: str, writes: dict[str, tuple[bytes | None, bytes]],
              pristine: dict[str, bytes], next_state: dict | None, check: Sequence[str] = ()) -> None:

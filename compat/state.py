@@ -20,6 +20,7 @@ in, so another user can read (and dry-run against) what root applied.
 
 from __future__ import annotations
 
+import calendar
 import copy
 import json
 import os
@@ -281,3 +282,44 @@ class Manifest:
 
 def _now() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+def writer_running(pending: dict) -> bool:
+    """Is the process that opened this write-ahead record still running?
+
+    A record is "interrupted" only once its writer is gone: ``--dry-run`` or
+    ``--verify`` beside a running apply must not call it dead.  The pid alone
+    could have been reused since, so a process that started after the record
+    was opened is not its writer (Linux's /proc gives the start time; without
+    it the pid decides).
+    """
+    pid = pending.get("pid")
+    if not isinstance(pid, int) or pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass  # alive, and another user's
+    started = _process_start(pid)
+    opened = pending.get("started_at")
+    if started is None or not isinstance(opened, str):
+        return True
+    try:
+        opened_at = calendar.timegm(time.strptime(opened, "%Y-%m-%dT%H:%M:%SZ"))
+    except ValueError:
+        return True
+    return started <= opened_at + 1  # started_at has one-second resolution
+
+
+def _process_start(pid: int) -> float | None:
+    """Seconds since the epoch at which ``pid`` started, from /proc (None where there is no /proc)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        boot = next(float(line.split()[1]) for line in Path("/proc/stat").read_text().splitlines()
+                    if line.startswith("btime "))
+        ticks = int(stat.rsplit(")", 1)[1].split()[19])  # field 22, counted after the command name
+    except (OSError, ValueError, IndexError, StopIteration):
+        return None
+    return boot + ticks / os.sysconf("SC_CLK_TCK")
