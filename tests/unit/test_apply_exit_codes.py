@@ -115,3 +115,16 @@ def test_plan_words_map_to_the_documented_codes():
         "YES": 0, "NO": 1, "UNKNOWN": 1, "UNSUPPORTED": 3}
     with pytest.raises(ValueError):
         exit_policy.code_of_word("plan", "MAYBE")
+
+
+@pytest.mark.parametrize("field, value", [("versions", 5), ("generator_files", ["x"]), ("verdict", ["OK"])])
+def test_confirm_check_on_a_malformed_report_is_exit_2_without_a_traceback(site, tmp_path, field, value):
+    report = {"verdict": "OK", "confirmed": {"format": 1, "fingerprint": "0" * 16, "versions": {},
+                                             "generator_files": {}}}
+    (report if field == "verdict" else report["confirmed"])[field] = value
+    path = tmp_path / "report.json"
+    path.write_text(json.dumps(report))
+    proc = _module("-m", "compat.confirm", "--check", str(path), site=site)
+    no_traceback(proc)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "malformed" in proc.stderr and field in proc.stderr
