@@ -49,19 +49,19 @@ def test_revert_with_the_backup_folder_gone_keeps_the_manifest(tmp_path):
 
 def test_the_state_goes_only_after_every_file_is_checked_against_record(tmp_path, monkeypatch):
     """A restore that writes other bytes than RECORD's (here injected) keeps the state and exits 1."""
-    import compat.patcher as patcher_module
+    import compat.state as state_module  # every write of the patcher goes through it
     from compat.patcher import PatchError
 
     site = toy.make_site(tmp_path)
     toy.apply(site, {"toy.x", "toy.y"})
-    real = patcher_module.atomic_write
+    real = state_module.atomic_write
 
     def wrong_bytes(path, data, mode=0o644):
         if Path(path).name == "b.py" and ".specdec-compat" not in Path(path).parts:
             data = data + b"# not RECORD's\n"
         return real(path, data, mode)
 
-    monkeypatch.setattr(patcher_module, "atomic_write", wrong_bytes)
+    monkeypatch.setattr(state_module, "atomic_write", wrong_bytes)
     with pytest.raises(PatchError, match="toy/b.py still differ"):
         toy.revert(site)
     assert (site / ".specdec-compat" / "toy-1.0" / "manifest.json").is_file()
