@@ -75,19 +75,19 @@ def _refuse(args, finding: Finding, surface=None, **extra) -> int:
     return outcome.code
 
 
-def _usage(text: str) -> Finding:
+def _environment(text: str) -> Finding:
     return Finding("environment", text)
 
 
 def run(args: argparse.Namespace) -> int:
     if args.force and not args.revert:
-        return _refuse(args, _usage("--force only makes sense with --revert; nothing was changed"))
+        return _refuse(args, _environment("--force only makes sense with --revert; nothing was changed"))
     if args.exclude and args.revert:
-        return _refuse(args, _usage("--exclude has no meaning with --revert (revert restores every file); "
+        return _refuse(args, _environment("--exclude has no meaning with --revert (revert restores every file); "
                                     "nothing was changed"))
     unwritable = report.unwritable(args.json_file)  # every output is checked before anything changes
     if unwritable:
-        return _refuse(args, _usage(f"{unwritable}; nothing was changed"))
+        return _refuse(args, _environment(f"{unwritable}; nothing was changed"))
     try:
         if args.revert:
             return _revert(args)
@@ -95,7 +95,9 @@ def run(args: argparse.Namespace) -> int:
     except PatchError as exc:
         return _refuse(args, exc.finding())
     except SourceError as exc:  # e.g. two installed copies of a package
-        return _refuse(args, _usage(str(exc)))
+        return _refuse(args, _environment(str(exc)))
+    except OSError as exc:  # the report itself, if --json-file went away after the check above
+        return _refuse(args, _environment(f"{exc.filename or 'output'}: {exc.strerror or exc}"))
 
 
 def _finish(args, mode: str, surface, result: Result, **extra) -> int:
@@ -125,8 +127,8 @@ def _decide(args) -> int:
         for module in missing[:-1]:
             print(f"error: {module} is not installed (no distribution provides the `{module}` module)", file=sys.stderr)
         module = missing[-1]
-        return _refuse(args, _usage(f"{module} is not installed (no distribution provides the `{module}` module)"),
-                       missing=missing)
+        message = f"{module} is not installed (no distribution provides the `{module}` module)"
+        return _refuse(args, _environment(message), missing=missing)
     surface = evaluate(found["vllm"][1], found["speculators"][1], found["transformers"][1])
     if surface.values.get("speculators.generator") == "absent":
         message = (f"nothing to patch: speculators {surface.version('speculators')} has no hidden-states generator "

@@ -50,7 +50,8 @@ def revert(target: Target, load_manifest: Callable[[], Manifest], force: bool, w
             continue
         data = disk.read_path(target.backup(relpath)) if relpath in backups else None
         if data is None or disk.sha256(data) != expected:
-            unproven.append(f"{relpath} ({'its backup does not match RECORD' if data is not None else 'there is no backup of it'})")
+            why = "its backup does not match RECORD" if data is not None else "there is no backup of it"
+            unproven.append(f"{relpath} ({why})")
             continue
         if not (current is None or disk.sha256(current) in known_by_file.get(relpath, set())) and not force:
             raise PatchError(f"{relpath} was changed by something other than this kit; use --force to restore anyway")

@@ -128,3 +128,12 @@ def test_confirm_check_on_a_malformed_report_is_exit_2_without_a_traceback(site,
     no_traceback(proc)
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert "malformed" in proc.stderr and field in proc.stderr
+
+
+def test_plan_answers_take_their_code_from_the_policy():
+    """plan decides the word; the code is the policy's, and a plan that passed another code is stopped."""
+    from compat.plan import Answer
+
+    assert [Answer(w, "why").exit_code for w in ("YES", "NO", "UNKNOWN", "UNSUPPORTED")] == [0, 1, 1, 3]
+    with pytest.raises(ValueError, match="exit_policy"):
+        Answer("YES", "a YES that exits 1", 1)
