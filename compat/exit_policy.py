@@ -68,7 +68,7 @@ class Outcome:
     findings: tuple[Finding, ...]
 
 
-def decision_findings(mode: str, decisions: Iterable["Decision"]) -> list[Finding]:
+def decision_findings(mode: str, decisions: Iterable[Decision]) -> list[Finding]:
     """The findings a set of decisions carries.  ``plan`` stops at the surface step, so ``needed`` is its YES."""
     found = []
     for d in decisions:
@@ -78,7 +78,7 @@ def decision_findings(mode: str, decisions: Iterable["Decision"]) -> list[Findin
     return found
 
 
-def decide(mode: str, decisions: Sequence["Decision"] = (), problems: Iterable[Finding | str] = ()) -> Outcome:
+def decide(mode: str, decisions: Sequence[Decision] = (), problems: Iterable[Finding | str] = ()) -> Outcome:
     """The word and the exit code of ``mode`` given its decisions and problems (a bare string is a problem)."""
     findings = decision_findings(mode, decisions)
     findings += [p if isinstance(p, Finding) else Finding("problem", p) for p in problems]
