@@ -7,7 +7,7 @@
 
 Each patch names the distribution it edits (``Patch.target``); every target
 is planned before any is written.  Exit codes are documented in
-:mod:`compat.report`.
+:mod:`compat.exit_policy`.
 """
 
 from __future__ import annotations
@@ -16,8 +16,9 @@ import argparse
 import sys
 from dataclasses import dataclass, field, replace
 
-from . import registry, report, verdicts
+from . import exit_policy, registry, report, verdicts
 from .errors import EnvironmentProblem, PatchError
+from .exit_policy import Finding
 from .layout import GENERATOR, WORKER
 from .patcher import Patcher, Plan, open_target
 from .sources import SourceError
@@ -36,7 +37,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print the report as JSON instead of the table")
     parser.add_argument("--json-file", metavar="PATH", help="also write the report as JSON to PATH")
     parser.add_argument("--exclude", action="append", default=[], metavar="ID",
-                        help="leave the patch with this id out (repeatable)")
+                        help="leave the patch with this id out (repeatable); with --verify: accept that it is "
+                        "not on disk (without it, a needed patch that is not on disk is a problem)")
     parser.add_argument("--force", action="store_true", help="with --revert: restore even drifted files")
     parser.add_argument("--brief", action="store_true",
                         help="list only patches with something to do or on disk (JSON still lists all)")
@@ -45,13 +47,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="compat apply", description=DESCRIPTION)
     add_arguments(parser)
-    return run(parser.parse_args(argv))
+    return exit_policy.run(run, parser.parse_args(argv))
 
 
 @dataclass
-class Outcome:
+class Result:
+    """What running one mode over every target found; the exit code is :func:`compat.exit_policy.decide`'s."""
+
     decisions: list[Decision] = field(default_factory=list)
-    problems: list[str] = field(default_factory=list)
+    problems: list[Finding] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     written: list[str] = field(default_factory=list)
 
@@ -60,29 +64,59 @@ def _mode(args) -> str:
     return "dry-run" if args.dry_run else "verify" if args.verify else "revert" if args.revert else "apply"
 
 
-def _refuse(args, message: str, code: int, surface=None, **extra) -> int:
-    print(f"error: {message}", file=sys.stderr)
-    doc = report.document(_mode(args), surface, [], error=message, exit_code=code, **extra)
+def _refuse(args, finding: Finding, surface=None, **extra) -> int:
+    outcome = exit_policy.decide(_mode(args), problems=[finding])
+    print(f"error: {finding.text}", file=sys.stderr)
+    doc = report.document(_mode(args), surface, [], error=finding.text, exit_code=outcome.code, **extra)
     if args.json:
         sys.stdout.write(report.render(doc))
-    report.write_json(args.json_file, doc)
-    return code
+    if not report.unwritable(args.json_file):
+        report.write_json(args.json_file, doc)
+    return outcome.code
+
+
+def _environment(text: str) -> Finding:
+    return Finding("environment", text)
 
 
 def run(args: argparse.Namespace) -> int:
     if args.force and not args.revert:
-        return _refuse(args, "--force only makes sense with --revert; nothing was changed", report.ENVIRONMENT)
+        return _refuse(args, _environment("--force only makes sense with --revert; nothing was changed"))
     if args.exclude and args.revert:
-        return _refuse(args, "--exclude has no meaning with --revert (revert restores every file); nothing was changed",
-                       report.ENVIRONMENT)
+        return _refuse(args, _environment("--exclude has no meaning with --revert (revert restores every file); "
+                                    "nothing was changed"))
+    unwritable = report.unwritable(args.json_file)  # every output is checked before anything changes
+    if unwritable:
+        return _refuse(args, _environment(f"{unwritable}; nothing was changed"))
     try:
         if args.revert:
             return _revert(args)
         return _decide(args)
     except PatchError as exc:
-        return _refuse(args, str(exc), exc.exit_code)
+        return _refuse(args, exc.finding())
     except SourceError as exc:  # e.g. two installed copies of a package
-        return _refuse(args, str(exc), report.ENVIRONMENT)
+        return _refuse(args, _environment(str(exc)))
+    except OSError as exc:  # the report itself, if --json-file went away after the check above
+        return _refuse(args, _environment(f"{exc.filename or 'output'}: {exc.strerror or exc}"))
+
+
+def _finish(args, mode: str, surface, result: Result, **extra) -> int:
+    """Decide the exit code, print the table or the JSON document, write --json-file."""
+    outcome = exit_policy.decide(mode, result.decisions, result.problems)
+    lines = report.header(surface) if surface else []
+    lines += report.table(result.decisions, brief=args.brief) if result.decisions else []
+    lines += [p.text if p.kind == "unsupported" else f"problem: {p.text}" for p in result.problems]
+    lines += [f"note: {n}" for n in result.notes]
+    if result.written:
+        lines.append(f"wrote {len(result.written)} file(s): {', '.join(result.written)}")
+    lines += extra.pop("lines", [])
+    summary = report.summary(result.decisions)
+    lines.append(f"{mode}: {summary + ' ' if summary else ''}-> {outcome.word}, exit {outcome.code}")
+    doc = report.document(mode, surface, result.decisions, written=result.written,
+                          problems=[p.text for p in result.problems], notes=result.notes, exit_code=outcome.code,
+                          **extra)
+    report.emit(lines, doc, args.json, args.json_file)
+    return outcome.code
 
 
 def _decide(args) -> int:
@@ -93,17 +127,15 @@ def _decide(args) -> int:
         for module in missing[:-1]:
             print(f"error: {module} is not installed (no distribution provides the `{module}` module)", file=sys.stderr)
         module = missing[-1]
-        return _refuse(args, f"{module} is not installed (no distribution provides the `{module}` module)",
-                       report.ENVIRONMENT, missing=missing)
+        message = f"{module} is not installed (no distribution provides the `{module}` module)"
+        return _refuse(args, _environment(message), missing=missing)
     surface = evaluate(found["vllm"][1], found["speculators"][1], found["transformers"][1])
     if surface.values.get("speculators.generator") == "absent":
         message = (f"nothing to patch: speculators {surface.version('speculators')} has no hidden-states generator "
                    f"this kit knows ({GENERATOR} and {WORKER} are absent; speculators >= 0.5 generates hidden "
                    f"states through `vllm serve` and vLLM's own extract_hidden_states)")
-        lines = [*report.header(surface), message, f"{mode}: -> exit {report.UNSUPPORTED}"]
-        report.emit(lines, report.document(mode, surface, [], unsupported=message, exit_code=report.UNSUPPORTED),
-                    args.json, args.json_file)
-        return report.UNSUPPORTED
+        unsupported = Finding("unsupported", message)
+        return _finish(args, mode, surface, Result(problems=[unsupported]), unsupported=message)
     decisions = registry.select(surface)
     unknown = verdicts.unknown_ids(decisions, args.exclude)
     if unknown:
@@ -111,17 +143,7 @@ def _decide(args) -> int:
         raise EnvironmentProblem(f"--exclude: no patch has the id {', '.join(unknown)} (known: {known}); "
                                  f"nothing was changed")
     decisions = list(verdicts.exclude(decisions, args.exclude))
-    outcome = run_targets(mode, decisions, surface.fingerprint())
-    code = report.exit_code(outcome.decisions, outcome.problems)
-    lines = [*report.header(surface), *report.table(outcome.decisions, brief=args.brief)]
-    lines += [f"problem: {p}" for p in outcome.problems] + [f"note: {n}" for n in outcome.notes]
-    if outcome.written:
-        lines.append(f"wrote {len(outcome.written)} file(s): {', '.join(outcome.written)}")
-    lines.append(f"{mode}: {report.summary(outcome.decisions)} -> exit {code}")
-    doc = report.document(mode, surface, outcome.decisions, written=outcome.written, problems=outcome.problems,
-                          notes=outcome.notes, exit_code=code)
-    report.emit(lines, doc, args.json, args.json_file)
-    return code
+    return _finish(args, mode, surface, run_targets(mode, decisions, surface.fingerprint()))
 
 
 def by_target(decisions: list[Decision]) -> dict[str, list[Decision]]:
@@ -144,25 +166,29 @@ def open_patchers(decisions: list[Decision], site=None) -> dict[str, Patcher]:
     return patchers
 
 
-def run_targets(mode: str, decisions: list[Decision], fingerprint: str, site=None) -> Outcome:
+def run_targets(mode: str, decisions: list[Decision], fingerprint: str, site=None) -> Result:
     patchers = open_patchers(decisions, site)
     groups = by_target(decisions)
-    outcome = Outcome()
+    outcome = Result()
     plans: dict[str, Plan] = {}
     if mode == "dry-run":
         for target, patcher in patchers.items():
             try:
                 patcher.preflight()
             except EnvironmentProblem as exc:
-                outcome.problems.append(f"apply would refuse: {exc}")
+                outcome.problems.append(Finding(exc.kind, f"apply would refuse: {exc}"))
             plans[target] = patcher.plan(groups[target])
             if plans[target].interrupted:
-                outcome.problems.append(plans[target].interrupted)
+                outcome.problems.append(Finding("problem", plans[target].interrupted))
+            if plans[target].running:
+                outcome.problems.append(Finding("environment", plans[target].running))
     elif mode == "verify":
         for target, patcher in patchers.items():
             result = patcher.verify(groups[target])
             plans[target] = result.plan
-            outcome.problems += result.problems
+            outcome.problems += [Finding("problem", p) for p in result.problems]
+            if result.plan.running:
+                outcome.problems.append(Finding("environment", result.plan.running))
             outcome.notes += result.notes
     else:
         if len(patchers) > 1:  # all or nothing across targets: plan every one before writing any
@@ -175,7 +201,7 @@ def run_targets(mode: str, decisions: list[Decision], fingerprint: str, site=Non
         if not any(p.blocked for p in plans.values()):
             for target, patcher in patchers.items():
                 result = patcher.verify(groups[target])
-                outcome.problems += result.problems
+                outcome.problems += [Finding("problem", p) for p in result.problems]
                 outcome.notes += result.notes
                 now = {d.patch.id: d.on_disk for d in result.plan.decisions}  # the verdict says what apply did,
                 plans[target] = replace(plans[target], decisions=tuple(  # on_disk what is there now
@@ -186,8 +212,9 @@ def run_targets(mode: str, decisions: list[Decision], fingerprint: str, site=Non
 
 
 def _revert(args) -> int:
+    """Revert every target; one that cannot be reverted is a finding, and the others are still reverted."""
     patches = registry.load_patches()
-    restored, missing = [], []
+    result, missing = Result(), []
     targets = sorted({p.target for p in patches})
     for target in targets:
         try:
@@ -196,13 +223,16 @@ def _revert(args) -> int:
             missing.append(exc)
             continue
         watched = sorted({f for p in patches if p.target == target for v in p.edits for f in p.files(v)})
-        restored += patcher.revert(force=args.force, watched=watched)
+        try:
+            result.written += patcher.revert(force=args.force, watched=watched)
+        except PatchError as exc:  # a refusal, on stderr as every refusal; the report lists it too
+            print(f"error: {exc}", file=sys.stderr)
+            result.problems.append(exc.finding())
     if len(missing) == len(targets):
         raise missing[0]
+    restored = result.written
     lines = [f"revert: restored {len(restored)} file(s)" + (f": {', '.join(restored)}" if restored else "")]
-    report.emit(lines, report.document("revert", None, [], restored=restored, exit_code=report.OK),
-                args.json, args.json_file)
-    return report.OK
+    return _finish(args, "revert", None, replace(result, written=[]), restored=restored, lines=lines)
 
 
 if __name__ == "__main__":

@@ -12,6 +12,8 @@ import argparse
 import importlib
 import sys
 
+from . import exit_policy
+
 COMMANDS = ("apply", "plan", "surface", "catalogue", "confirm")
 USAGE_ERROR = 2  # argparse's own exit status for a bad command line
 
@@ -26,8 +28,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="compat",
         description="Keep speculators' EAGLE-3 hidden-state generator running and correct on moving vLLM.",
-        epilog="Run 'compat COMMAND --help' for a command's options.  Exit codes: 0 ok; 1 a patch problem or an "
-        "unknown probe; 2 environment or usage problem; 3 this speculators has no generator the kit knows.",
+        epilog="Run 'compat COMMAND --help' for a command's options.  Exit codes: 0 ok; 1 a patch problem, a needed "
+        "patch not on disk or an unknown probe; 2 environment or usage problem; 3 this speculators has no generator "
+        "the kit knows; 141 the reader of stdout went away (| head).",
     )
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", title="commands")
     for name in COMMANDS:
@@ -46,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help(sys.stderr)
         return USAGE_ERROR
     args = parser.parse_args(argv)
-    return args.handler(args)
+    return exit_policy.run(args.handler, args)
 
 
 if __name__ == "__main__":

@@ -130,6 +130,9 @@ def read_report(path: str) -> dict:
         raise ReportError(f"{path} is no compat confirm report (no 'confirmed' block with a fingerprint)")
     if "verdict" not in doc:
         raise ReportError(f"{path} has no verdict")
+    malformed = [k for k in ("versions", "generator_files") if not isinstance(block.get(k, {}), dict)]
+    if malformed or not isinstance(doc["verdict"], str):
+        raise ReportError(f"{path} is malformed ({', '.join(malformed) or 'verdict'}: wrong type)")
     return doc
 
 

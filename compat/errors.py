@@ -1,17 +1,24 @@
-"""The two refusals every command maps to an exit code (see :mod:`compat.report`)."""
+"""The two refusals every command turns into an exit code (the code itself is :mod:`compat.exit_policy`'s)."""
 
 from __future__ import annotations
 
-from .report import ENVIRONMENT, PATCH_PROBLEM
+from .exit_policy import CODES, Finding
 
 
 class PatchError(Exception):
-    """A refusal with a clear message; ``exit_code`` follows the CLI's contract."""
+    """A refusal with a clear message; ``kind`` is the finding it is for the exit-code policy."""
 
-    exit_code = PATCH_PROBLEM
+    kind = "problem"
+
+    @property
+    def exit_code(self) -> int:
+        return CODES[self.kind]
+
+    def finding(self) -> Finding:
+        return Finding(self.kind, str(self))
 
 
 class EnvironmentProblem(PatchError):
     """The environment stops us (missing, editable or read-only install, unreadable state, lock, OSError)."""
 
-    exit_code = ENVIRONMENT
+    kind = "environment"

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from packaging.requirements import InvalidRequirement, Requirement
 
-from . import registry, report, upstream_facts
+from . import exit_policy, registry, report, upstream_facts
 from .probes import PROBES, Unknown
 from .sources import Source, SourceError, open_source
 from .surface import evaluate, installed_sources
@@ -42,7 +42,13 @@ INCOMPATIBLE = (
 class Answer:
     word: str  # YES | NO | UNKNOWN | UNSUPPORTED
     text: str
-    exit_code: int
+    exit_code: int | None = None  # compat.exit_policy decides it from the word; a value passed must agree
+
+    def __post_init__(self):
+        decided = exit_policy.code_of_word("plan", self.word)
+        if self.exit_code not in (None, decided):
+            raise ValueError(f"plan answer {self.word} exits {decided} (compat.exit_policy), not {self.exit_code}")
+        self.exit_code = decided
 
     def __str__(self) -> str:
         return f"{self.word}: {self.text}"

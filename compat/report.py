@@ -1,37 +1,23 @@
-"""Reports: a table for people, JSON for CI, and the exit-code contract.
+"""Reports: a table for people and JSON for CI.
 
-Exit codes, the same for every command (``compat apply``, ``plan``, ...):
-
-    0  OK             everything needed is applied (or would be, for --dry-run) and verified
-    1  PATCH_PROBLEM  a needed patch failed, a file drifted, a probe a patch depends on is
-                      unknown, or --verify found a problem
-    2  ENVIRONMENT    environment problem: package missing, editable or read-only install,
-                      ambiguous copies, unreadable or corrupt state, lock held or unopenable,
-                      any OSError; nothing was changed
-    3  UNSUPPORTED    nothing to patch: the installed (or named) speculators has no
-                      hidden-states generator this kit knows (speculators >= 0.5 generates
-                      hidden states through `vllm serve` and vLLM's own extract_hidden_states)
+The exit codes (the same for every command) are decided by :mod:`compat.exit_policy`;
+their names are repeated here for the commands that print them.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sys
+import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
 
-from .verdicts import BLOCKING, Decision
+from .exit_policy import ENVIRONMENT, OK, PATCH_PROBLEM, UNSUPPORTED  # noqa: F401  (re-exported names)
+from .verdicts import Decision
 
 if TYPE_CHECKING:
     from .surface import Surface
-
-OK, PATCH_PROBLEM, ENVIRONMENT, UNSUPPORTED = 0, 1, 2, 3
-
-
-def exit_code(decisions: Sequence[Decision], problems: Sequence[str] = ()) -> int:
-    if any(d.verdict in BLOCKING for d in decisions) or problems:
-        return PATCH_PROBLEM
-    return OK
 
 
 def header(surface: "Surface") -> list[str]:
@@ -91,6 +77,28 @@ def render(doc: dict) -> str:
 def write_json(path: str | None, doc: dict) -> None:
     if path:
         Path(path).write_text(render(doc))
+
+
+def unwritable(path: str | None) -> str | None:
+    """Why ``path`` cannot take the JSON document, or None.  Asked before any change: a run that could
+    not write its report afterwards would have changed files and then failed."""
+    if not path:
+        return None
+    target = Path(path)
+    if target.is_dir():
+        return f"--json-file {path} is a directory"
+    parent = target.parent if str(target.parent) else Path(".")
+    if not parent.is_dir():
+        return f"--json-file {path}: no directory {parent}"
+    if target.exists():
+        return None if os.access(target, os.W_OK) else f"--json-file {path} is not writable"
+    try:
+        fd, probe = tempfile.mkstemp(dir=parent, prefix=".compat-json-probe.")
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        return f"--json-file {path}: cannot write in {parent}: {exc.strerror or exc}"
+    return None
 
 
 def emit(lines: Sequence[str], doc: dict, as_json: bool = False, json_file: str | None = None) -> None:

@@ -30,7 +30,12 @@ class Source:
         raise NotImplementedError
 
 
-def _metadata_version(text: str) -> tuple[str | None, str | None]:
+def _metadata_version(raw: bytes, where: str) -> tuple[str | None, str | None]:
+    try:
+        text = raw.decode("utf-8")  # core metadata is UTF-8 by specification
+    except UnicodeDecodeError as exc:
+        raise SourceError(f"{where} is not valid UTF-8 at byte {exc.start} (core metadata must be UTF-8); "
+                          f"cannot read its name and version") from None
     msg = email.parser.Parser().parsestr(text, headersonly=True)
     return msg.get("Name"), msg.get("Version")
 
@@ -65,7 +70,7 @@ class WheelSource(Source):
             raise SourceError(f"cannot open wheel {path}: {exc}") from exc
         names = set(archive.namelist())
         meta = next((n for n in names if n.count("/") == 1 and n.endswith(".dist-info/METADATA")), None)
-        name, version = _metadata_version(archive.read(meta).decode()) if meta else (None, None)
+        name, version = _metadata_version(archive.read(meta), f"{path}:{meta}") if meta else (None, None)
         super().__init__("wheel", str(path), name, version)
         self._zip = archive
         self._names = names
@@ -89,7 +94,7 @@ class SdistSource(Source):
         pkg_info = members.get(f"{root}/PKG-INFO")
         name, version = (None, None)
         if pkg_info is not None:
-            name, version = _metadata_version(archive.extractfile(pkg_info).read().decode())
+            name, version = _metadata_version(archive.extractfile(pkg_info).read(), f"{path}:{pkg_info.name}")
         super().__init__("sdist", str(path), name, version)
         self._tar = archive
         self._members = members
@@ -112,7 +117,7 @@ class TreeSource(Source):
         if version is None:
             for meta in [path / "PKG-INFO", *path.glob("vllm*.dist-info/METADATA")]:
                 if meta.is_file():
-                    dist_name, version = _metadata_version(meta.read_text())
+                    dist_name, version = _metadata_version(meta.read_bytes(), str(meta))
                     break
         super().__init__("tree", str(path), dist_name, version)
         self._base = path

@@ -20,12 +20,14 @@ in, so another user can read (and dry-run against) what root applied.
 
 from __future__ import annotations
 
+import calendar
 import copy
 import json
 import os
+import re
 import tempfile
 import time
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from .errors import EnvironmentProblem
 
@@ -67,35 +69,100 @@ def atomic_write(path: Path, data: bytes, mode: int = FILE_MODE) -> None:
         os.close(dir_fd)
 
 
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+_TOP = {"schema", "dist", "version", "files", "patches", "excluded", "pending", "surface_fingerprint", "written_at"}
+_FILE = {"pristine_sha256", "patched_sha256", "known_sha256", "patches"}
+_PENDING = {"action", "started_at", "pid", "files", "state"}
+_STATE = {"files", "patches", "excluded", "surface_fingerprint"}
+
+
 def _check(data) -> None:
-    """Raise ValueError unless ``data`` has the manifest's shape."""
-    if not isinstance(data, dict):
-        raise ValueError(f"expected a JSON object, found {type(data).__name__}")
-    if data.get("schema") not in READABLE or not isinstance(data.get("files"), dict):
-        raise ValueError("unexpected schema")
-    _check_files(data["files"])
+    """Raise ValueError, naming the field, unless ``data`` is a manifest in every field and type.
+
+    Every mode reads the manifest, and the revert and the recovery write files
+    where it points, so a wrong type must be a clear refusal before any use
+    (and a path must stay inside the site), never a traceback halfway.
+    """
+    _object(data, "manifest", _TOP, required={"schema", "files"})
+    if type(data["schema"]) is not int or data["schema"] not in READABLE:
+        raise ValueError(f"schema: expected one of {READABLE}, found {data['schema']!r}")
+    for key in ("dist", "version", "surface_fingerprint", "written_at"):
+        _optional_str(data, key, key)
+    _files(data["files"], "files")
+    for key in ("patches", "excluded"):
+        if key in data:
+            _strings(data[key], key)
     pending = data.get("pending")
     if pending is not None:
-        if not isinstance(pending, dict) or pending.get("action") not in ("apply", "revert"):
-            raise ValueError("pending: expected an apply or revert record")
-        if not isinstance(pending.get("files"), dict):
-            raise ValueError("pending: no files")
+        _object(pending, "pending", _PENDING, required={"action", "files"})
+        if pending["action"] not in ("apply", "revert"):
+            raise ValueError(f"pending.action: expected 'apply' or 'revert', found {pending['action']!r}")
+        _optional_str(pending, "started_at", "pending.started_at")
+        if "pid" in pending and (type(pending["pid"]) is not int or pending["pid"] <= 0):
+            raise ValueError(f"pending.pid: expected a process id, found {pending['pid']!r}")
+        _paths(pending["files"], "pending.files")
         for relpath, entry in pending["files"].items():
-            if not isinstance(entry, dict) or "before_sha256" not in entry or "after_sha256" not in entry:
-                raise ValueError(f"pending: {relpath}: missing before/after sha256")
-        if pending.get("state") is not None:
-            _check_files(pending["state"].get("files"))
+            where = f"pending.files[{relpath!r}]"
+            _object(entry, where, {"before_sha256", "after_sha256"}, required={"before_sha256", "after_sha256"})
+            if entry["before_sha256"] is not None:
+                _sha(entry["before_sha256"], f"{where}.before_sha256")
+            _sha(entry["after_sha256"], f"{where}.after_sha256")
+        state = pending.get("state")
+        if state is not None:
+            _object(state, "pending.state", _STATE, required={"files", "patches", "excluded"})
+            _files(state["files"], "pending.state.files")
+            _strings(state["patches"], "pending.state.patches")
+            _strings(state["excluded"], "pending.state.excluded")
+            _optional_str(state, "surface_fingerprint", "pending.state.surface_fingerprint")
 
 
-def _check_files(files) -> None:
-    if not isinstance(files, dict):
-        raise ValueError("files: expected an object")
-    for relpath, entry in files.items():
-        if not isinstance(entry, dict):
-            raise ValueError(f"{relpath}: expected an object")
-        for key in ("pristine_sha256", "patched_sha256", "known_sha256", "patches"):
-            if key not in entry:
-                raise ValueError(f"{relpath}: missing {key}")
+def _object(value, where: str, allowed: set[str], required: set[str]) -> None:
+    if not isinstance(value, dict):
+        raise ValueError(f"{where}: expected an object, found {type(value).__name__}")
+    missing, unknown = sorted(required - set(value)), sorted(set(value) - allowed)
+    if missing:
+        raise ValueError(f"{where}: missing {', '.join(missing)}")
+    if unknown:
+        raise ValueError(f"{where}: unknown field(s) {', '.join(unknown)}")
+
+
+def _optional_str(value: dict, key: str, where: str) -> None:
+    if key in value and not isinstance(value[key], str):
+        raise ValueError(f"{where}: expected a string, found {value[key]!r}")
+
+
+def _strings(value, where: str) -> None:
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ValueError(f"{where}: expected a list of strings, found {value!r}")
+
+
+def _sha(value, where: str) -> None:
+    if not isinstance(value, str) or not _SHA256.fullmatch(value):
+        raise ValueError(f"{where}: expected a sha256 hex digest, found {value!r}")
+
+
+def _paths(value, where: str) -> None:
+    """An object keyed by paths relative to the site that stay inside it."""
+    if not isinstance(value, dict):
+        raise ValueError(f"{where}: expected an object, found {type(value).__name__}")
+    for relpath in value:
+        pure = PurePosixPath(relpath)
+        if not relpath or pure.is_absolute() or ".." in pure.parts or "\\" in relpath or pure.as_posix() != relpath:
+            raise ValueError(f"{where}: {relpath!r} is not a plain path inside the site")
+
+
+def _files(value, where: str) -> None:
+    _paths(value, where)
+    for relpath, entry in value.items():
+        at = f"{where}[{relpath!r}]"
+        _object(entry, at, _FILE, required=_FILE)
+        _sha(entry["pristine_sha256"], f"{at}.pristine_sha256")
+        _sha(entry["patched_sha256"], f"{at}.patched_sha256")
+        if not isinstance(entry["known_sha256"], list):
+            raise ValueError(f"{at}.known_sha256: expected a list, found {entry['known_sha256']!r}")
+        for i, sha in enumerate(entry["known_sha256"]):
+            _sha(sha, f"{at}.known_sha256[{i}]")
+        _strings(entry["patches"], f"{at}.patches")
 
 
 class Manifest:
@@ -215,3 +282,44 @@ class Manifest:
 
 def _now() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+def writer_running(pending: dict) -> bool:
+    """Is the process that opened this write-ahead record still running?
+
+    A record is "interrupted" only once its writer is gone: ``--dry-run`` or
+    ``--verify`` beside a running apply must not call it dead.  The pid alone
+    could have been reused since, so a process that started after the record
+    was opened is not its writer (Linux's /proc gives the start time; without
+    it the pid decides).
+    """
+    pid = pending.get("pid")
+    if not isinstance(pid, int) or pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass  # alive, and another user's
+    started = _process_start(pid)
+    opened = pending.get("started_at")
+    if started is None or not isinstance(opened, str):
+        return True
+    try:
+        opened_at = calendar.timegm(time.strptime(opened, "%Y-%m-%dT%H:%M:%SZ"))
+    except ValueError:
+        return True
+    return started <= opened_at + 1  # started_at has one-second resolution
+
+
+def _process_start(pid: int) -> float | None:
+    """Seconds since the epoch at which ``pid`` started, from /proc (None where there is no /proc)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        boot = next(float(line.split()[1]) for line in Path("/proc/stat").read_text().splitlines()
+                    if line.startswith("btime "))
+        ticks = int(stat.rsplit(")", 1)[1].split()[19])  # field 22, counted after the command name
+    except (OSError, ValueError, IndexError, StopIteration):
+        return None
+    return boot + ticks / os.sysconf("SC_CLK_TCK")

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import dists, probe_cache, versions
+from . import dists, exit_policy, probe_cache, versions
 from .astkit import Reader
 from .probes import PROBES, Reading, Unknown
 from .sources import InstalledSource, Source, SourceError, open_source
@@ -232,21 +232,24 @@ def run(args: argparse.Namespace) -> int:
                 surface = evaluate(open_source(path), None, only="vllm")
             else:
                 found = installed_sources()
+                if found["vllm"][1] is None:
+                    raise SourceError("vllm is not installed here (no distribution provides the `vllm` module): "
+                                      "nothing to probe; pass --wheel, --sdist or --src to probe a build")
                 surface = evaluate(*(found[m][1] for m in PACKAGES))
             doc, text = surface.as_json(), render(surface)
         if args.json_file:
             Path(args.json_file).write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n")
     except (SourceError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
-        return 2
+        return exit_policy.decide("surface", problems=[exit_policy.Finding("environment", str(exc))]).code
     print(json.dumps(doc, indent=2) if args.json else text)
-    return 0
+    return exit_policy.decide("surface").code
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="compat surface", description=DESCRIPTION)
     add_arguments(parser)
-    return run(parser.parse_args(argv))
+    return exit_policy.run(run, parser.parse_args(argv))
 
 
 def _jsonable(value):

@@ -18,6 +18,7 @@ from dataclasses import dataclass, replace
 from typing import Iterable, Sequence
 
 from .declaration import Patch
+from .exit_policy import PROBLEM_VERDICTS
 
 #: Verdicts of the surface step (registry.judge).
 SURFACE = ("needed", "not-needed", "out-of-range", "unknown-surface")
@@ -26,7 +27,7 @@ FILES = ("apply", "already-applied", "drifted", "failed")
 VERDICTS = ("apply", "already-applied", "not-needed", "excluded", "out-of-range", "unknown-surface", "drifted",
             "failed")
 #: A decision left in one of these makes apply write nothing and exit 1.
-BLOCKING = ("failed", "drifted", "unknown-surface", "needed")
+BLOCKING = tuple(PROBLEM_VERDICTS)  # the exit-code policy's problem verdicts: one list, one meaning
 #: What a patch's edits are on disk: all its files carry them, none, some, or we cannot tell.
 ON_DISK = ("applied", "not applied", "excluded", "partial", "unknown")
 

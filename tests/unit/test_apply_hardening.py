@@ -104,14 +104,18 @@ def test_verify_and_dry_run_after_an_exclude_apply_report_what_is_on_disk(site):
     written = sorted(i for i, p in done.items() if p["verdict"] == "apply")
     assert len(written) >= 5 and all(done[i]["on_disk"] == "applied" for i in written)
 
-    verify = cli(site, "--verify", "--json")
-    assert verify.returncode == 0, verify.stdout + verify.stderr
+    verify = cli(site, "--verify", "--json")  # issue 19 item 6: a needed patch off disk is a problem, named
+    assert verify.returncode == 1, verify.stdout + verify.stderr
     doc = as_json(verify)
     state = {p["id"]: p for p in doc["patches"]}
     assert {i: (state[i]["verdict"], state[i]["on_disk"]) for i in written} == {
         i: ("already-applied", "applied") for i in written}
     assert state[EXCLUDED]["on_disk"] == "excluded" and state[EXCLUDED]["verdict"] == "apply"
-    assert doc["problems"] == [] and any(EXCLUDED in n and "--exclude" in n for n in doc["notes"])
+    assert len(doc["problems"]) == 1 and f"--exclude {EXCLUDED}" in doc["problems"][0], doc["problems"]
+    accepted = cli(site, "--verify", "--exclude", EXCLUDED, "--json")  # accepting it takes the explicit flag
+    assert accepted.returncode == 0, accepted.stdout + accepted.stderr
+    assert as_json(accepted)["problems"] == []
+    assert any(EXCLUDED in n and "--exclude" in n for n in as_json(accepted)["notes"])
 
     dry = cli(site, "--dry-run", "--json")
     assert dry.returncode == 0, dry.stdout + dry.stderr

@@ -282,23 +282,23 @@ def test_immutable_file_in_a_subdirectory_is_refused_before_the_first_write(tmp_
 
 def test_os_error_while_writing_rolls_back_and_is_an_environment_problem(tmp_path, monkeypatch):
     """Item 3: an OSError after the first package file was replaced puts it back; exit 2, nothing changed."""
-    import compat.patcher as patcher_module
+    import compat.state as state_module  # every write of the patcher goes through it
 
     site = _sub_site(tmp_path)
-    real = patcher_module.atomic_write
+    real = state_module.atomic_write
 
     def failing(path, data, mode=0o644):
         if Path(path).name == "b.py" and "pending" not in Path(path).parts:
             raise OSError(28, "No space left on device")
         return real(path, data, mode)
 
-    monkeypatch.setattr(patcher_module, "atomic_write", failing)
+    monkeypatch.setattr(state_module, "atomic_write", failing)
     with pytest.raises(EnvironmentProblem, match="No space left") as info:
         Patcher(open_target("deep", site)).apply(_deep_decisions(), "fp")
     assert info.value.exit_code == 2
     assert (site / "deep/a.py").read_bytes() == SUB_A
     assert (site / "deep/sub/b.py").read_bytes() == SUB_B
-    monkeypatch.setattr(patcher_module, "atomic_write", real)
+    monkeypatch.setattr(state_module, "atomic_write", real)
     Patcher(open_target("deep", site)).apply(_deep_decisions(), "fp")  # nothing left half-done
     assert (site / "deep/a.py").read_bytes() == b"A = 2\n" and (site / "deep/sub/b.py").read_bytes() == b"B = 2\n"
 

@@ -66,15 +66,11 @@ def apply(site: Path, selected: set[str]):
 CHILD = """
 import os, signal, sys
 from pathlib import Path
-from compat import patcher
-try:
-    from compat import state
-except ImportError:  # the patcher as it landed had no state module
-    state = None
+from compat import patcher, state
 from tests.unit.test_sigkill import apply
 
 site, selected, kill_at = Path(sys.argv[1]), set(sys.argv[2].split(",")), int(sys.argv[3])
-real = patcher.atomic_write
+real = state.atomic_write
 count = 0
 
 def counting(*args, **kwargs):
@@ -84,9 +80,9 @@ def counting(*args, **kwargs):
         os.kill(os.getpid(), signal.SIGKILL)
     return real(*args, **kwargs)
 
-patcher.atomic_write = counting
-if state is not None:
-    state.atomic_write = counting
+state.atomic_write = counting  # every write of the patcher goes through compat.state's atomic_write
+if hasattr(patcher, "atomic_write"):  # the one-module patcher imported it by name
+    patcher.atomic_write = counting
 apply(site, selected)
 print(count)
 """

@@ -1,0 +1,125 @@
+"""The exit-code policy: what a command found -> the word it prints and the code it exits with.
+
+One table for every command, so ``apply``, ``--dry-run``, ``--verify``,
+``--revert``, ``plan``, ``surface`` and ``confirm --check`` cannot disagree on
+what a finding means (before this module, six places decided it, and
+``--dry-run`` on an editable install said 1 where ``apply`` said 2)::
+
+    0    OK / YES        everything needed is (or would be) applied and verified
+    1    PROBLEM / NO /  a needed patch failed, a file drifted, a needed patch is not on disk,
+         UNKNOWN         a probe a patch depends on is unknown, --verify found a problem
+    2    ERROR           an environment or usage problem (package missing, editable or read-only
+                         install, ambiguous copies, unreadable or corrupt state, lock, any OSError,
+                         bad arguments); a refusal changes nothing
+    3    UNSUPPORTED     nothing to patch: this speculators has no generator the kit knows
+    141  (no word)       the reader of stdout went away (``| head``), as for a command killed by SIGPIPE
+
+Callers name what they found as :class:`Finding` s of a kind; the most
+severe kind decides.  The words differ per mode (``plan`` answers YES / NO),
+the codes never do.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import signal
+import sys
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Callable, Iterable, Sequence
+
+if TYPE_CHECKING:  # the policy sits below every layer: any command may ask it, it imports none of them
+    from .verdicts import Decision
+
+OK, PATCH_PROBLEM, ENVIRONMENT, UNSUPPORTED = 0, 1, 2, 3
+BROKEN_PIPE = 128 + int(signal.SIGPIPE)
+
+#: Kinds of finding, most severe first: the first one present decides the word and the code.
+SEVERITY = ("environment", "unsupported", "incompatible", "problem", "unknown")
+CODES = {None: OK, "environment": ENVIRONMENT, "unsupported": UNSUPPORTED, "incompatible": PATCH_PROBLEM,
+         "problem": PATCH_PROBLEM, "unknown": PATCH_PROBLEM}
+_COMMAND_WORDS = {None: "OK", "environment": "ERROR", "unsupported": "UNSUPPORTED", "incompatible": "PROBLEM",
+                  "problem": "PROBLEM", "unknown": "UNKNOWN"}
+#: The words each mode prints; ``plan`` answers the question "can I install this?".
+WORDS = {
+    "plan": {**_COMMAND_WORDS, None: "YES", "incompatible": "NO", "problem": "NO"},
+}
+#: Verdicts a decision may be left in that make the run a problem (apply then writes nothing).
+PROBLEM_VERDICTS = {"failed": "problem", "drifted": "problem", "needed": "problem", "unknown-surface": "unknown"}
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One thing a command found that bears on its exit code."""
+
+    kind: str  # one of SEVERITY
+    text: str
+
+    def __post_init__(self):
+        if self.kind not in SEVERITY:
+            raise ValueError(f"unknown finding kind {self.kind!r} (one of {', '.join(SEVERITY)})")
+
+
+@dataclass(frozen=True)
+class Outcome:
+    mode: str
+    word: str
+    code: int
+    findings: tuple[Finding, ...]
+
+
+def decision_findings(mode: str, decisions: Iterable[Decision]) -> list[Finding]:
+    """The findings a set of decisions carries.  ``plan`` stops at the surface step, so ``needed`` is its YES."""
+    found = []
+    for d in decisions:
+        kind = PROBLEM_VERDICTS.get(d.verdict)
+        if kind and not (mode == "plan" and d.verdict == "needed"):
+            found.append(Finding(kind, f"{d.patch.id}: {d.verdict} ({d.reason})"))
+    return found
+
+
+def decide(mode: str, decisions: Sequence[Decision] = (), problems: Iterable[Finding | str] = ()) -> Outcome:
+    """The word and the exit code of ``mode`` given its decisions and problems (a bare string is a problem)."""
+    findings = decision_findings(mode, decisions)
+    findings += [p if isinstance(p, Finding) else Finding("problem", p) for p in problems]
+    kinds = {f.kind for f in findings}
+    worst = next((k for k in SEVERITY if k in kinds), None)
+    return Outcome(mode, WORDS.get(mode, _COMMAND_WORDS)[worst], CODES[worst], tuple(findings))
+
+
+def code_of_word(mode: str, word: str) -> int:
+    """The exit code of an answer already put into words (``plan``'s YES / NO / UNKNOWN / UNSUPPORTED)."""
+    words = WORDS.get(mode, _COMMAND_WORDS)
+    kind = next((k for k, w in words.items() if w == word), "missing")
+    if kind == "missing":
+        raise ValueError(f"{mode} has no answer {word!r} (one of {', '.join(sorted(set(words.values())))})")
+    return CODES[kind]
+
+
+def run(handler: Callable[..., int], *args) -> int:
+    """Run a command; a closed stdout (``compat surface | head``) ends it quietly with :data:`BROKEN_PIPE`.
+
+    stdout is pointed at /dev/null first, so the interpreter's final flush
+    cannot raise the same error again at exit.
+    """
+    try:
+        code = handler(*args)
+        sys.stdout.flush()
+        return code
+    except BrokenPipeError:
+        if not _stdout_reader_gone():
+            raise  # some other pipe: a real error, not the reader of our output leaving
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        return BROKEN_PIPE
+
+
+def _stdout_reader_gone() -> bool:
+    """True when stdout is a pipe whose reading end is closed (poll reports POLLERR on the write end)."""
+    try:
+        poller = select.poll()
+        poller.register(sys.stdout.fileno(), select.POLLOUT)
+        return any(event & (select.POLLERR | select.POLLHUP) for _, event in poller.poll(0))
+    except (OSError, ValueError, AttributeError):
+        return False
