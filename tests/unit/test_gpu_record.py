@@ -3,7 +3,7 @@
 import copy
 import json
 
-from fixtures import gpu_record
+from ci.gpu import record as gpu_record
 
 
 def _raw():
@@ -12,7 +12,7 @@ def _raw():
 
 def test_committed_record_is_current():
     path = gpu_record.OUT / "vllm0.20.0-h200.json"
-    assert json.loads(path.read_text())["tests"] == gpu_record.build()["tests"], "run python -m fixtures.gpu_lane record"
+    assert json.loads(path.read_text())["tests"] == gpu_record.build()["tests"], "run python -m ci.gpu record"
 
 
 def test_every_expectation_has_its_run_and_passes():

