@@ -116,7 +116,8 @@ def now() -> str:
 
 
 def node_id(classname: str, name: str) -> str:
-    """pytest's node id from a JUnit testcase: ``tests.contract.test_x.TestY`` -> ``tests/contract/test_x.py::TestY``."""
+    """pytest's node id of a JUnit testcase: ``tests.contract.test_x.TestY`` -> ``tests/contract/test_x.py::TestY``
+    (a class is told from a module by its capital)."""
     parts = classname.split(".")
     cls = [parts.pop()] if parts and parts[-1][:1].isupper() else []
     return "::".join(["/".join(parts) + ".py", *cls, name])

@@ -22,7 +22,8 @@ TOOLS = '"tox>=4" "tox-uv>=1.37"'
 #: torch "+cpu" builds are not on PyPI; on a hosted runner they come from PyTorch's CPU index (the locks name
 #: this machine's /opt/wheels, which a runner does not have)
 TORCH_CPU_INDEX = "https://download.pytorch.org/whl/cpu"
-CELLS_RUN = "github.event_name == 'workflow_dispatch' || (github.event_name == 'push' && github.ref == 'refs/heads/main')"
+CELLS_RUN = ("github.event_name == 'workflow_dispatch' || "
+             "(github.event_name == 'push' && github.ref == 'refs/heads/main')")
 NIGHTLY_RUN = "github.event_name == 'schedule' || github.event_name == 'workflow_dispatch'"
 HEADER = "# GENERATED from ci/releases.toml by `python -m ci populate-tox`; do not edit.\n"
 

@@ -81,3 +81,23 @@ def test_one_junit_file_is_one_record_and_nothing_is_carried_between_runs(tmp_pa
     assert old.freshness(evidence.suite_hash()) == evidence.LEGACY
     assert new.freshness(evidence.suite_hash()) == evidence.CURRENT
     assert new.date == "2026-12-01T09:00:00"
+
+
+def test_the_record_command_writes_one_run_with_the_devices_stamp(tmp_path, monkeypatch):
+    from ci.gpu.__main__ import main
+
+    monkeypatch.setattr(gpu_record, "OUT", tmp_path / "out")
+    junit = tmp_path / "junit_core.xml"
+    junit.write_text("<testsuite timestamp='2026-12-01T09:00:00'><testcase classname='tests.contract.test_x' "
+                     "name='test_y' time='1'/></testsuite>")
+    stamp = tmp_path / "stamp.json"
+    stamp.write_text('{"commit": null, "dirty": null, "suite": "0123456789abcdef"}')
+    machine = tmp_path / "machine.txt"
+    machine.write_text("name, driver_version, memory.total [MiB]\nNVIDIA H200, 580.159.04, 143771 MiB\n")
+    assert main(["record", "--junit", str(junit), "--name", "h200-run9-core", "--stamp", str(stamp),
+                 "--pytest-args", "-m 'contract and not proof'", "--machine", str(machine)]) == 0
+    (record,) = evidence.load(tmp_path / "out").values()
+    assert (record.name, record.suite, record.status) == ("h200-run9-core", "0123456789abcdef", "pass")
+    assert record.pytest_args == ["-m", "contract and not proof"]
+    assert record.device == {"kind": "cuda", "count": 1, "names": ["NVIDIA H200"]}
+    assert main(["record", "--junit", str(junit)]) == 2  # a run needs its name

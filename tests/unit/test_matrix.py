@@ -170,7 +170,8 @@ def test_committed_records_are_well_formed_and_the_page_is_current():
     assert evidence.load(coverage.gpu_record.OUT)  # the GPU runs, one record each
     suite = evidence.suite_hash()
     current = sum(r.status == "pass" and r.freshness(suite) == evidence.CURRENT for r in records.values())
-    gpu = sum(r.status == "pass" and r.freshness(suite) == evidence.CURRENT for r in coverage.gpu_record.load().values())
+    gpu = sum(r.status == "pass" and r.freshness(suite) == evidence.CURRENT
+              for r in coverage.gpu_record.load().values())
     body = coverage.render().split("| vllm-cpu |", 1)[1]
     assert body.count("**pass**") == current + gpu  # no record of another suite shows as a plain pass
     if coverage.PAGE.exists():
