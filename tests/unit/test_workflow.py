@@ -38,3 +38,16 @@ def test_actionlint_finds_a_fault_put_into_the_workflow(tmp_path):
     broken.write_text(text.replace("${{ runner.temp }}", "${{ runnr.temp }}", 1))
     found = "\n".join(actionlint.check(broken))
     assert "unit-tests" in found and "runnr" in found
+
+
+def test_every_variable_a_cell_job_sets_reaches_the_cell_through_tox():
+    """tox 4 hands a command only the variables its passenv names; one the workflow sets and tox drops is lost."""
+    import configparser
+
+    ini = configparser.ConfigParser(interpolation=None)
+    ini.read(workflow.ROOT / "tox.ini")
+    passed = set(ini["testenv"]["passenv"].split())
+    for job in workflow.workflow()["jobs"].values():
+        for step in job["steps"]:
+            if str(step.get("run", "")).startswith("tox -e vllm"):
+                assert set(step["env"]) <= passed, step["env"]
