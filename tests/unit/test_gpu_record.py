@@ -1,25 +1,31 @@
-"""The GPU lane's coverage record: each scenario judged against its written expectation, and the file is current."""
+"""The GPU lane's records: each scenario judged against its written expectation, one run one record."""
 
 import copy
-import json
 
-from fixtures import gpu_record
+import pytest
+
+from ci import evidence
+from ci.gpu import record as gpu_record
+
+SETS = ("a", "b", "c", "e", "f", "g", "h", "pp2_async")
 
 
 def _raw():
     return gpu_record._raw()
 
 
-def test_committed_record_is_current():
-    path = gpu_record.OUT / "vllm0.20.0-h200.json"
-    assert json.loads(path.read_text())["tests"] == gpu_record.build()["tests"], "run python -m fixtures.gpu_lane record"
+@pytest.mark.parametrize("name", SETS)
+def test_each_committed_set_record_is_what_its_raw_runs_judge_to(name):
+    committed = gpu_record.load()[f"h200-set-{name}"]
+    assert committed.tests == gpu_record.set_record(name).tests, f"run python -m ci.gpu record --set {name}"
 
 
 def test_every_expectation_has_its_run_and_passes():
     raw = _raw()
     assert set(gpu_record.EXPECT) <= set(raw)
-    failed = [t for t in gpu_record.build()["tests"] if t["outcome"] != "passed"]
-    assert not failed, failed
+    for name in SETS:
+        failed = [t for t in gpu_record.set_record(name).tests if t["outcome"] != "passed"]
+        assert not failed, failed
 
 
 def test_a_wrong_verdict_fails_the_judgement():
@@ -58,13 +64,40 @@ def test_pp2_async_runs_are_judged_by_which_calls_are_wrong():
     assert gpu_record.judge("calls_wrong", {1: False, 11: False}, wrong, raw)[0] == "failed"
 
 
-def test_junit_files_keep_each_tests_latest_outcome(tmp_path):
+def test_one_junit_file_is_one_record_and_nothing_is_carried_between_runs(tmp_path):
+    """The old record kept each test's latest outcome across runs of different harnesses; a run now stands alone."""
     def junit(path, outcome):
         body = "<failure message='boom'/>" if outcome == "failed" else ""
-        path.write_text(f"<testsuite><testcase classname='tests.contract.test_x' name='test_y' time='1'>{body}"
-                        "</testcase></testsuite>")
+        path.write_text(f"<testsuites><testsuite timestamp='2026-12-01T09:00:00'><testcase "
+                        f"classname='tests.contract.test_x' name='test_y' time='1'>{body}</testcase></testsuite>"
+                        "</testsuites>")
         return path
 
-    old, new = junit(tmp_path / "a.xml", "failed"), junit(tmp_path / "b.xml", "passed")
-    assert [t["outcome"] for t in gpu_record.build(junit=[old, new])["contract"]] == ["passed"]
-    assert [t["outcome"] for t in gpu_record.build(junit=[new, old])["contract"]] == ["failed"]
+    old = gpu_record.junit_record("run-a", junit(tmp_path / "a.xml", "failed"))
+    new = gpu_record.junit_record("run-b", junit(tmp_path / "b.xml", "passed"), stamp=evidence.stamp(),
+                                  pytest_args=["-m", "contract"])
+    assert (old.status, [t["outcome"] for t in old.tests]) == ("fail", ["failed"])
+    assert (new.status, [t["outcome"] for t in new.tests]) == ("pass", ["passed"])
+    assert old.freshness(evidence.suite_hash()) == evidence.LEGACY
+    assert new.freshness(evidence.suite_hash()) == evidence.CURRENT
+    assert new.date == "2026-12-01T09:00:00"
+
+
+def test_the_record_command_writes_one_run_with_the_devices_stamp(tmp_path, monkeypatch):
+    from ci.gpu.__main__ import main
+
+    monkeypatch.setattr(gpu_record, "OUT", tmp_path / "out")
+    junit = tmp_path / "junit_core.xml"
+    junit.write_text("<testsuite timestamp='2026-12-01T09:00:00'><testcase classname='tests.contract.test_x' "
+                     "name='test_y' time='1'/></testsuite>")
+    stamp = tmp_path / "stamp.json"
+    stamp.write_text('{"commit": null, "dirty": null, "suite": "0123456789abcdef"}')
+    machine = tmp_path / "machine.txt"
+    machine.write_text("name, driver_version, memory.total [MiB]\nNVIDIA H200, 580.159.04, 143771 MiB\n")
+    assert main(["record", "--junit", str(junit), "--name", "h200-run9-core", "--stamp", str(stamp),
+                 "--pytest-args", "-m 'contract and not proof'", "--machine", str(machine)]) == 0
+    (record,) = evidence.load(tmp_path / "out").values()
+    assert (record.name, record.suite, record.status) == ("h200-run9-core", "0123456789abcdef", "pass")
+    assert record.pytest_args == ["-m", "contract and not proof"]
+    assert record.device == {"kind": "cuda", "count": 1, "names": ["NVIDIA H200"]}
+    assert main(["record", "--junit", str(junit)]) == 2  # a run needs its name

