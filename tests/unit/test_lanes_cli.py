@@ -8,6 +8,7 @@ venv there, which the tests check for.
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import subprocess
 import sys
@@ -20,11 +21,11 @@ ROOT = Path(__file__).resolve().parents[2]
 LANES_PY = ROOT / "fixtures" / "lanes.py"
 
 
-def lanes_cli(cache: Path, *args: str) -> tuple[subprocess.CompletedProcess, float]:
+def lanes_cli(cache: Path, *args: str, cwd: Path = ROOT) -> tuple[subprocess.CompletedProcess, float]:
     # PIP_NO_INDEX: a command that wrongly started a build fails at its first download instead of running on
     env = {**os.environ, "SPECDEC_COMPAT_CACHE": str(cache), "PIP_NO_INDEX": "1"}
     started = time.monotonic()
-    proc = subprocess.run([sys.executable, str(LANES_PY), *args], cwd=ROOT, env=env, capture_output=True, text=True,
+    proc = subprocess.run([sys.executable, str(LANES_PY), *args], cwd=cwd, env=env, capture_output=True, text=True,
                           timeout=60)
     return proc, time.monotonic() - started
 
@@ -121,3 +122,34 @@ def test_test_puts_each_lane_back_on_its_default_speculators(lanes, monkeypatch)
 ])
 def test_expected_resolver_conflicts_are_told_apart(lanes, line, expected):
     assert lanes.expected_conflict(line) is expected
+
+
+def fake_built_lane(lanes, name: str = "pinned") -> Path:
+    """A lane that counts as built (its stamp holds the recipe's hash) whose python is this interpreter."""
+    item = lanes.LANES[name]
+    item.bin.mkdir(parents=True)
+    (item.bin / "python").symlink_to(sys.executable)
+    (item.venv / ".lane-stamp.json").write_text(json.dumps({"recipe": item.recipe_hash()}))
+    return item.venv
+
+
+def test_run_runs_the_command_in_the_callers_directory(lanes, tmp_path):
+    """``lanes.py run pinned -- compat plan --wheel wheels/...`` must find wheels/ where the user stands (issue 23)."""
+    fake_built_lane(lanes)
+    here = tmp_path / "somewhere"
+    (here / "wheels").mkdir(parents=True)
+    (here / "wheels" / "x.whl").write_text("")
+    script = "import os, sys; print(os.getcwd()); print(os.path.exists('wheels/x.whl')); print(os.environ['VIRTUAL_ENV'])"
+    proc, _ = lanes_cli(tmp_path, "run", "pinned", "--", "python", "-c", script, cwd=here)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines() == [str(here), "True", str(tmp_path / "venvs" / "pinned")]
+
+
+def test_the_lanes_python_is_found_under_pyenv_root(lanes, tmp_path, monkeypatch):
+    """pyenv installs under ``$PYENV_ROOT`` when it is set, not under ``~/.pyenv`` (issue 23)."""
+    exe = tmp_path / "elsewhere" / "versions" / "3.11.99" / "bin" / "python3"
+    exe.parent.mkdir(parents=True)
+    exe.symlink_to(sys.executable)
+    monkeypatch.setenv("PYENV_ROOT", str(tmp_path / "elsewhere"))
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert lanes._python("3.11") == str(exe)
