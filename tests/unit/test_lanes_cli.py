@@ -202,6 +202,10 @@ def test_the_lanes_python_is_found_under_pyenv_root(lanes, tmp_path, monkeypatch
     monkeypatch.setenv("PYENV_ROOT", str(tmp_path / "elsewhere"))
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     assert lanes._python("3.11") == str(exe)
+    proc = subprocess.run([sys.executable, str(LANES_PY), "list"], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "PYENV_ROOT": str(tmp_path / "elsewhere"), "HOME": str(tmp_path / "home"),
+                               "SPECDEC_COMPAT_CACHE": str(tmp_path / "cache")})
+    assert f"Python 3.11: {exe}" in proc.stdout, proc.stdout  # list shows which interpreter a build would use
 
 
 def test_steps_say_what_a_long_pip_step_is_doing(lanes, tmp_path, capsys, monkeypatch):
