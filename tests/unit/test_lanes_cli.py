@@ -239,3 +239,15 @@ def test_steps_say_what_a_long_pip_step_is_doing(lanes, tmp_path, capsys, monkey
 ])
 def test_progress_shows_large_downloads_and_installs_only(lanes, line, shown):
     assert lanes.progress(line) == shown
+
+
+def test_a_silent_step_says_it_still_runs(lanes, tmp_path, capsys, monkeypatch):
+    """pip installs 151 packages without a line for minutes: the step says every HEARTBEAT_S that it still runs."""
+    monkeypatch.setattr(lanes, "HEARTBEAT_S", 0.5)
+    steps = lanes.Steps("quiet", tmp_path / "quiet.log")
+    output = steps.run("unpacking", [sys.executable, "-c", "import time; print('a', flush=True); time.sleep(1.8); "
+                                     "print('b')"])
+    assert output == "a\nb\n"
+    printed = capsys.readouterr().out.splitlines()
+    still = [line for line in printed if "... still unpacking (1 lines in quiet.log)" in line]
+    assert printed[0].endswith("] unpacking") and 2 <= len(still) <= 4, printed
