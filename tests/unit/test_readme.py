@@ -190,7 +190,8 @@ def test_the_time_and_disk_next_to_the_two_commands_are_the_records():
         f"`demo` {record['demo']['cold_minutes']:g} min", f"({record['demo']['warm_seconds']:g} s once",
         f"`test` {record['test']['after_demo_minutes']:g} min", f"{disk['total']:g} GB of disk",
         f"pinned lane {disk['pinned']:g} GB", f"seed lane {disk['seed']:g} GB", f"({disk['seed_cuda_libraries']:g} GB",
-        f"the {record['download']['unit_wheels_gb']:g} GB of real", f"measured {record['measured']}",
+        f"the {record['download']['unit_wheels_gb']:g} GB of real",
+        f"measured {record['measured']}, load {record['load']}",
     }
     missing = [e for e in expected if e not in paragraph]
     assert not missing, (missing, paragraph)
