@@ -12,7 +12,8 @@ from pathlib import Path
 
 from .registry import load_patches
 
-DESCRIPTION = "Print the patch catalogue (the markdown PATCHES.md is generated from) or the patch list as JSON."
+DESCRIPTION = ("Print the patch catalogue (the markdown PATCHES.md is generated from; --brief: one line per patch) "
+               "or the patch list as JSON.")
 
 
 def render() -> str:
@@ -42,6 +43,21 @@ def render() -> str:
     return "\n".join(lines)
 
 
+def render_brief() -> str:
+    """One line per patch (id, generators it edits, what it fixes): the catalogue at a glance."""
+    patches = load_patches()
+    width = max(len(p.id) for p in patches)
+    edits = max(len(', '.join(p.edits)) for p in patches)
+    lines = [f"{'ID':{width}}  {'EDITS':{edits}}  FIXES"]
+    for p in patches:
+        fixes = f"retired: {p.title}" if p.retired else p.title
+        lines.append(f"{p.id:{width}}  {', '.join(sorted(p.edits)):{edits}}  {fixes}")
+    retired = sum(1 for p in patches if p.retired)
+    lines.append(f"{len(patches)} patches ({retired} retired); EDITS: the speculators releases whose generator each "
+                 "edits; `compat catalogue` prints why, how, upstream and removal of each")
+    return "\n".join(lines) + "\n"
+
+
 def as_json() -> dict:
     """The declarations' user-facing fields, one entry per patch."""
     fields = ("id", "title", "why", "how", "upstream", "removal", "retired")
@@ -55,6 +71,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json-file", metavar="PATH", help="also write the JSON catalogue to PATH")
     parser.add_argument("--output", "-o", metavar="PATH", help="write the markdown to PATH instead of stdout "
                         "(e.g. PATCHES.md)")
+    parser.add_argument("--brief", action="store_true", help="one line per patch instead of the full markdown")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -64,7 +81,9 @@ def run(args: argparse.Namespace) -> int:
         if args.json:
             print(json.dumps(as_json(), indent=2))
         elif args.output:
-            Path(args.output).write_text(render())
+            Path(args.output).write_text(render_brief() if args.brief else render())
+        elif args.brief:
+            sys.stdout.write(render_brief())
         else:
             sys.stdout.write(render())
     except OSError as exc:

