@@ -71,7 +71,7 @@ WHEEL_KINDS = {
 def planned_releases() -> list[str]:
     import tomllib
 
-    table = tomllib.loads((ROOT / "fixtures" / "matrix" / "releases.toml").read_text())
+    table = tomllib.loads((ROOT / "ci" / "releases.toml").read_text())
     return [r["vllm"] for r in table["release"]]
 
 
