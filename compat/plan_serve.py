@@ -149,6 +149,17 @@ def answer(decisions, surface, found: list[Rule]) -> tuple[str, int]:
     return f"YES: no patch needed{tail}", report.OK
 
 
+def judge_surface(surface):
+    """(decisions, rules, (answer, exit code)) for a surface that holds the vLLM, speculators and hs-connectors probes."""
+    decisions = [
+        Decision(d.patch, "out-of-range", "hs-connectors is not paired here (the file backend does not use it)")
+        if d.patch.target == "hs_connectors" and "hs_connectors" not in surface.packages else d
+        for d in registry.select(surface, registry.load_patches("serve"))
+    ]
+    found = rules(surface)
+    return decisions, found, answer(decisions, surface, found)
+
+
 def run(args) -> int:
     try:
         vllm = open_source(args.wheel)
@@ -164,13 +175,7 @@ def run(args) -> int:
     if speculators is None:
         surface.packages["speculators"] = {"name": "speculators", "version": args.speculators, "kind": "named"}
     paired["hs_connectors"] = _hs_connectors(surface)
-    decisions = [
-        Decision(d.patch, "out-of-range", "hs-connectors is not paired here (the file backend does not use it)")
-        if d.patch.target == "hs_connectors" and "hs_connectors" not in surface.packages else d
-        for d in registry.select(surface, registry.load_patches("serve"))
-    ]
-    found = rules(surface)
-    text, code = answer(decisions, surface, found)
+    decisions, found, (text, code) = judge_surface(surface)
     doc = {"schema": 1, "mode": "plan", "path": "serve", "surface": surface.as_json(), "paired": paired,
            "patches": [d.as_json() for d in decisions], "rules": [r.__dict__ for r in found], "answer": text,
            "exit_code": code}
