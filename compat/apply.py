@@ -16,7 +16,7 @@ import argparse
 import sys
 from dataclasses import dataclass, field, replace
 
-from . import registry, report, verdicts
+from . import plan_serve, registry, report, verdicts
 from .errors import EnvironmentProblem, PatchError
 from .layout import GENERATOR, WORKER
 from .patcher import Patcher, Plan, open_target
@@ -96,7 +96,8 @@ def _decide(args) -> int:
         return _refuse(args, f"{module} is not installed (no distribution provides the `{module}` module)",
                        report.ENVIRONMENT, missing=missing)
     surface = evaluate(found["vllm"][1], found["speculators"][1], found["transformers"][1])
-    if surface.values.get("speculators.generator") == "absent":
+    serve = plan_serve.serve_decisions(surface)  # speculators >= 0.5: the vllm serve path's patches
+    if serve is None and surface.values.get("speculators.generator") == "absent":
         message = (f"nothing to patch: speculators {surface.version('speculators')} has no hidden-states generator "
                    f"this kit knows ({GENERATOR} and {WORKER} are absent; speculators >= 0.5 generates hidden "
                    f"states through `vllm serve` and vLLM's own extract_hidden_states)")
@@ -104,7 +105,7 @@ def _decide(args) -> int:
         report.emit(lines, report.document(mode, surface, [], unsupported=message, exit_code=report.UNSUPPORTED),
                     args.json, args.json_file)
         return report.UNSUPPORTED
-    decisions = registry.select(surface)
+    decisions = serve if serve is not None else registry.select(surface)
     unknown = verdicts.unknown_ids(decisions, args.exclude)
     if unknown:
         known = ", ".join(d.patch.id for d in decisions)

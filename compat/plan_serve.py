@@ -160,6 +160,18 @@ def judge_surface(surface):
     return decisions, found, answer(decisions, surface, found)
 
 
+def serve_decisions(surface):
+    """The serve path's patch decisions for an installed surface (speculators >= 0.5), or None for the old path."""
+    version = surface.version("speculators")
+    try:
+        if version is None or Version(version) < MODERN:
+            return None
+    except InvalidVersion:
+        return None
+    _hs_connectors(surface)
+    return judge_surface(surface)[0]
+
+
 def run(args) -> int:
     try:
         vllm = open_source(args.wheel)
