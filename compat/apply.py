@@ -187,7 +187,7 @@ def run_targets(mode: str, decisions: list[Decision], fingerprint: str, site=Non
 
 
 def _revert(args) -> int:
-    patches = registry.load_patches()
+    patches = registry.load_patches() + registry.load_patches("serve")  # both paths: revert restores every file
     restored, missing = [], []
     targets = sorted({p.target for p in patches})
     for target in targets:
