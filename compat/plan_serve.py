@@ -116,10 +116,6 @@ def rules(surface) -> list[Rule]:
         out.append(Rule("FLAGS", "vllm serve ... --no-enable-prefix-caching: a prefix-cache hit extracts only "
                                  "the current step's slots, so hidden_states come out shorter than token_ids "
                                  "(vllm#44485; fixed by extraction at request_finished in 0.24); no patch"))
-    if v("serve.kv.min_page_size") == "absent" and v("serve.connector.lock") == "flock":
-        out.append(Rule("NOTE", "TP >= 2 can fail 'page_size_padded >= real_page_size' before vLLM 0.30 "
-                                "(vllm#51016, fixed by _ensure_min_page_size #50894); no patch here: use TP=1 "
-                                "or vLLM >= 0.30"))
     if v("serve.pp.deepseek_v2") == "unsupported":
         out.append(Rule("NOTE", "DeepSeek/Kimi verifiers drop aux states on pipeline parallelism: use TP, not PP"))
     version = surface.version("speculators")

@@ -12,6 +12,7 @@ shape not seen in a release, it is ``unknown``.
 from __future__ import annotations
 
 import ast
+import functools
 
 from .. import astkit
 from ..astkit import Reader
@@ -84,6 +85,27 @@ def _connector(reader: Reader):
     return VLLM_CONNECTOR, chain
 
 
+def _class_in(reader: Reader, relpath: str, cls_name: str):
+    """The ClassChain of ``cls_name`` defined in ``relpath``, or the absent/unknown reading to return as is."""
+    if reader.module(relpath) is None:
+        return method_absent(reader, f"{relpath} not found")
+    chain = astkit.class_chain(reader, relpath, cls_name)
+    if chain is None or chain.classes[0][0] != relpath:
+        return Unknown(f"{cls_name} not defined in {relpath}")
+    return chain
+
+
+def _on_connector(fn):
+    """Call ``fn(reader, relpath, chain)`` with vLLM's connector, or return its absent/unknown reading."""
+
+    @functools.wraps(fn)
+    def probe_connector(reader: Reader):
+        found = _connector(reader)
+        return fn(reader, *found) if isinstance(found, tuple) else found
+
+    return probe_connector
+
+
 # -- S2: the model allowlist -----------------------------------------------------------------
 
 
@@ -120,11 +142,9 @@ def serve_allowlist(reader: Reader):
 
 
 @serve_probe("serve.connector.kv_cache_config")
-def serve_connector_kv_cache_config(reader: Reader):
+@_on_connector
+def serve_connector_kv_cache_config(reader: Reader, relpath: str, chain):
     """ExampleHiddenStatesConnector(kv_cache_config=): optional (0.17-0.20) / required (0.21+)."""
-    found = _connector(reader)
-    if not isinstance(found, tuple):
-        return found
     return _init_argument(reader, VLLM_CONNECTOR, VLLM_CONNECTOR_CLASS, "kv_cache_config")
 
 
@@ -158,12 +178,9 @@ def _reach(chain, start: str) -> list:
 
 
 @serve_probe("serve.connector.write_mode")
-def serve_connector_write_mode(reader: Reader):
+@_on_connector
+def serve_connector_write_mode(reader: Reader, relpath: str, chain):
     """When the built-in connector extracts and writes: sync (0.17-0.21) / async-per-step (0.22-0.23) / at-finish (0.24+)."""
-    found = _connector(reader)
-    if not isinstance(found, tuple):
-        return found
-    relpath, chain = found
     if not chain.complete:
         return Unknown(f"{VLLM_CONNECTOR_CLASS} has unread bases: {', '.join(chain.unread)}")
     per_step = _reach(chain, "save_kv_layer")
@@ -189,11 +206,9 @@ def serve_connector_write_mode(reader: Reader):
 
 
 @serve_probe("serve.connector.lock")
-def serve_connector_lock(reader: Reader):
+@_on_connector
+def serve_connector_lock(reader: Reader, relpath: str, chain):
     """The .lock protocol: none (<= 0.21) / flock (use_synchronization_lock + load_hidden_states, 0.22+)."""
-    found = _connector(reader)
-    if not isinstance(found, tuple):
-        return found
     tree = reader.module(VLLM_CONNECTOR)
     loader = astkit.find_function(tree, "load_hidden_states")
     flag = _constants(tree, "use_synchronization_lock")
@@ -218,12 +233,9 @@ def _self_assignments(chain, attr: str):
 
 
 @serve_probe("serve.connector.block_size")
-def serve_connector_block_size(reader: Reader):
+@_on_connector
+def serve_connector_block_size(reader: Reader, relpath: str, chain):
     """Where the connector takes its block size: cache-config (<= 0.24; zeros on hybrids in 0.24) / group-spec (0.25+)."""
-    found = _connector(reader)
-    if not isinstance(found, tuple):
-        return found
-    _relpath, chain = found
     values = set()
     line = None
     for relpath, node in _self_assignments(chain, "_block_size"):
@@ -245,12 +257,9 @@ def serve_connector_block_size(reader: Reader):
 
 
 @serve_probe("serve.connector.group_lookup")
-def serve_connector_group_lookup(reader: Reader):
+@_on_connector
+def serve_connector_group_lookup(reader: Reader, relpath: str, chain):
     """The KV group of the hidden states: none (<= 0.21) / first (0.22-0.23) / layer-name (0.24) / spec-type (0.25+)."""
-    found = _connector(reader)
-    if not isinstance(found, tuple):
-        return found
-    _relpath, chain = found
     hit = chain.method("request_finished_all_groups")
     if hit is None:
         return Reading("none", VLLM_CONNECTOR, None) if chain.complete else Unknown(
@@ -328,6 +337,24 @@ def serve_kv_groups_module(reader: Reader):
     if found is None:
         return method_absent(reader, "get_kv_cache_groups not found in " + ", ".join(KV_MODULES))
     return found
+
+
+@serve_probe("serve.kv.hidden_state_pages")
+def serve_kv_hidden_state_pages(reader: Reader):
+    """get_kv_cache_groups and hidden-state layers: none (<= 0.21) / aligned (own group padded to the common page, 0.22+)."""
+    found = _defining_module(reader, "get_kv_cache_groups")
+    if found is None:
+        return method_absent(reader, "get_kv_cache_groups not found in " + ", ".join(KV_MODULES))
+    if isinstance(found, Unknown):
+        return found
+    fn = astkit.find_function(reader.module(found.file), "get_kv_cache_groups")
+    padded = [k for n in ast.walk(fn) if isinstance(n, ast.Call) for k in n.keywords
+              if k.arg == "page_size_padded" and astkit.dotted_name(k.value) == "common_page"]
+    if padded and "HiddenStateCacheSpec" in ast.unparse(fn):
+        return Reading("aligned", found.file, padded[0].value.lineno)
+    if not padded and "hidden" not in ast.unparse(fn).lower():
+        return Reading("none", found.file, fn.lineno)
+    return Unknown("get_kv_cache_groups handles hidden-state layers in a way not seen in a release")
 
 
 # -- S11: chunked prefill ------------------------------------------------------------------------------------
@@ -413,12 +440,9 @@ def serve_capture_deepseek(reader: Reader):
 @serve_probe("serve.capture.kimi_k25")
 def serve_capture_kimi(reader: Reader):
     """kimi_k25 wrapper: absent / no-aux (0.17) / delegates (set_aux_hidden_state_layers -> DeepseekV2 language model, 0.18+)."""
-    tree = reader.module(KIMI_K25)
-    if tree is None:
-        return method_absent(reader, f"{KIMI_K25} not found")
-    chain = astkit.class_chain(reader, KIMI_K25, "KimiK25ForConditionalGeneration")
-    if chain is None:
-        return Unknown(f"KimiK25ForConditionalGeneration not in {KIMI_K25}")
+    chain = _class_in(reader, KIMI_K25, "KimiK25ForConditionalGeneration")
+    if not isinstance(chain, astkit.ClassChain):
+        return chain
     text = ast.unparse(chain.classes[0][1])
     if "DeepseekV2ForCausalLM" not in text:
         return method_absent(reader, "the kimi_k25 language model is not DeepseekV2ForCausalLM")
@@ -469,12 +493,9 @@ def serve_pp_deepseek(reader: Reader):
 @serve_probe("serve.cpu.spec_decode")
 def serve_cpu_spec_decode(reader: Reader):
     """CPUModelRunner and a speculative config: refuses (assert, <= 0.19.1) / allows (0.20+)."""
-    tree = reader.module(CPU_RUNNER)
-    if tree is None:
-        return method_absent(reader, f"{CPU_RUNNER} not found")
-    chain = astkit.class_chain(reader, CPU_RUNNER, "CPUModelRunner")
-    if chain is None or chain.classes[0][0] != CPU_RUNNER:
-        return Unknown(f"CPUModelRunner not defined in {CPU_RUNNER}")
+    chain = _class_in(reader, CPU_RUNNER, "CPUModelRunner")
+    if not isinstance(chain, astkit.ClassChain):
+        return chain
     init = astkit.find_function(chain.classes[0][1], "__init__")
     if init is None:
         return Unknown("CPUModelRunner.__init__ not found")
@@ -485,12 +506,9 @@ def serve_cpu_spec_decode(reader: Reader):
 
 
 @serve_probe("serve.cpu.pin_memory")
-def serve_cpu_pin_memory(reader: Reader):
+@_on_connector
+def serve_cpu_pin_memory(reader: Reader, relpath: str, chain):
     """The connector's host copy: none (sync .cpu(), <= 0.21) / always (pin_memory=True, raises on CPU torch) / checked."""
-    found = _connector(reader)
-    if not isinstance(found, tuple):
-        return found
-    _relpath, chain = found
     scopes = [reader.module(VLLM_CONNECTOR)] + [cls for _path, cls in chain.classes]
     pins = [k for scope in scopes for n in ast.walk(scope) if isinstance(n, ast.Call)
             for k in n.keywords if k.arg == "pin_memory"]

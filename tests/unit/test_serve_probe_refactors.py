@@ -86,6 +86,8 @@ CORPUS = {
     "serve.connector.group_lookup": [(r, move_connector_class) for r in ("0.23.0", "0.24.0", "0.25.0")]
     + [("0.25.0", rename(VLLM_CONNECTOR, "_find_cache_kv_group_id", "_hs_group"))],
     "serve.kv.min_page_size": [("0.30.0", rename(KV_UTILS, "_ensure_min_page_size", "_grow_min_page"))],
+    "serve.kv.hidden_state_pages": [("0.22.0", rename(KV_UTILS, "common_page", "page_bytes")),
+                                    ("0.29.0", rename(KV_UTILS, "HiddenStateCacheSpec", "HiddenSpec"))],
     "serve.kv.groups_module": [("0.30.0", rename(KV_UTILS, "get_kv_cache_groups", "build_kv_cache_groups"))],
     "serve.config.chunked_prefill": [("0.22.0", split_literal(VLLM_CONFIG, "ExampleHiddenStatesConnector")),
                                      ("0.24.0", rename(VLLM_CONFIG, "VllmConfig", "EngineConfig"))],

@@ -44,6 +44,7 @@ VLLM_CHANGES = {
                                      ("0.24.0", "layer-name"), ("0.25.0", "spec-type")],
     "serve.kv.min_page_size": [("0.16.0", "absent"), ("0.30.0", "vllm.v1.core.kv_cache_utils"),  # #50894
                                ("0.33.0", "vllm.v1.core.kv_cache_planning")],
+    "serve.kv.hidden_state_pages": [("0.16.0", "none"), ("0.22.0", "aligned")],  # #39949
     "serve.kv.groups_module": [("0.16.0", "vllm.v1.core.kv_cache_utils"), ("0.33.0", "vllm.v1.core.kv_cache_planning")],
     "serve.config.chunked_prefill": [("0.16.0", "allows"), ("0.22.0", "rejects"), ("0.24.0", "allows")],  # #37374
     "serve.capture.llama": [("0.16.0", "stops-before-final"), ("0.18.0", "captures-final")],  # EagleModelMixin
