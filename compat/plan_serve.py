@@ -9,6 +9,7 @@ needs, and NO where no patch can help, each with its reason.
 
 from __future__ import annotations
 
+import importlib.metadata as md
 import json
 import sys
 from dataclasses import dataclass
@@ -20,7 +21,7 @@ from . import registry, report
 from .astkit import Reader
 from .layout import cache_root
 from .probes import PROBES, Unknown
-from .sources import SourceError, open_source
+from .sources import InstalledSource, SourceError, open_source
 from .surface import evaluate, installed_sources
 from .verdicts import Decision
 
@@ -64,23 +65,23 @@ def wants(wanted: str | None) -> bool:
         return False
 
 
-def _hs_connectors(surface) -> str:
+def _installed_hs_connectors():
+    try:
+        return InstalledSource(md.distribution("hs-connectors"))
+    except md.PackageNotFoundError:
+        return None
+
+
+def _hs_connectors(surface, installed_only: bool = False) -> str:
+    """Put the hs-connectors probes into the surface: the installed copy for apply; for plan speculators' pin
+    from the wheel cache, else the installed copy."""
     pin = surface.values.get("serve.speculators.hs_connectors")
     names = [n for n, spec in PROBES.items() if spec.package == "hs_connectors"]
-    source, how = None, ""
-    if isinstance(pin, str) and pin.startswith("=="):
-        cached = _cached_wheel("hs-connectors", pin[2:])
-        source, how = (open_source(cached), f"hs-connectors{pin} (speculators' pin, from the wheel cache)") if cached else (None, "")
-    if source is None:
-        import importlib.metadata as md
-
-        from .sources import InstalledSource
-
-        try:
-            dist = md.distribution("hs-connectors")
-            source, how = InstalledSource(dist), f"installed hs-connectors {dist.version}"
-        except md.PackageNotFoundError:
-            pass
+    pinned = isinstance(pin, str) and pin.startswith("==") and not installed_only
+    cached = _cached_wheel("hs-connectors", pin[2:]) if pinned else None
+    source = open_source(cached) if cached else _installed_hs_connectors()
+    how = (f"hs-connectors{pin} (speculators' pin, from the wheel cache)" if cached else
+           f"installed hs-connectors {source.version}" if source else "")
     if source is None:
         surface.values.update({n: Unknown("hs-connectors not available; the file backend does not need it") for n in names})
         return "not available (only the Mooncake/fp8 backends need it)"
@@ -164,7 +165,7 @@ def serve_decisions(surface):
             return None
     except InvalidVersion:
         return None
-    _hs_connectors(surface)
+    _hs_connectors(surface, installed_only=True)
     return judge_surface(surface)[0]
 
 
@@ -184,6 +185,9 @@ def run(args) -> int:
         surface.packages["speculators"] = {"name": "speculators", "version": args.speculators, "kind": "named"}
     paired["hs_connectors"] = _hs_connectors(surface)
     decisions, found, (text, code) = judge_surface(surface)
+    if speculators is None:  # a bare version whose wheel is not here: its client cannot be read
+        text, code = (f"UNKNOWN: speculators {args.speculators} cannot be read here ({paired['speculators']}); "
+                      "do not install blind"), report.PATCH_PROBLEM
     doc = {"schema": 1, "mode": "plan", "path": "serve", "surface": surface.as_json(), "paired": paired,
            "patches": [d.as_json() for d in decisions], "rules": [r.__dict__ for r in found], "answer": text,
            "exit_code": code}

