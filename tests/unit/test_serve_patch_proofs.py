@@ -94,3 +94,41 @@ def test_client_lock_wait(tmp_path, patched):
         assert not ready  # the 0.5.0 script would now move a file that is not there yet
         return
     assert ready and safetensors_torch.load_file(path)["hidden_states"].shape == (3, 2, 8)
+
+
+@pytest.mark.parametrize("patched", [False, True], ids=["left-out", "applied"])
+def test_third_party_connector_layout(patched, monkeypatch):
+    """hs-connectors 0.7.0's Mooncake connector on vLLM >= 0.29's [blocks, ids, block_size, hidden] view."""
+    pytest.importorskip("vllm")
+    from compat.astkit import Reader
+    from compat.probes import PROBES
+
+    vllm_axis = PROBES["serve.connector.index_axis"].run(Reader(_installed("vllm"))).value
+    if vllm_axis != "shape[2]":
+        pytest.skip(f"needs vLLM >= 0.29 (this interpreter's connector reads {vllm_axis})")
+    requirement, relpath = "hs-connectors==0.7.0", "hs_connectors/mooncake_hidden_states_connector.py"
+    monkeypatch.syspath_prepend(str(wheel(requirement)))  # its sibling modules import from the zip
+    text = WheelSource(wheel(requirement)).read(relpath)
+    if patched:
+        for edit in PATCHES["hs_connectors.serve.kv_layout"].edits["shape[1]"][relpath]:
+            text = edit.apply(text, relpath)
+    module = types.ModuleType("hs_connectors.mooncake_hidden_states_connector")
+    module.__package__ = "hs_connectors"
+    monkeypatch.setitem(__import__("sys").modules, module.__name__, module)
+    exec(compile(text, relpath, "exec"), module.__dict__)
+    blocks, ids, block_size, hidden = 64, 3, 16, 8
+    kv = torch.randn(blocks, ids, block_size, hidden)
+    slots = torch.tensor([2 * block_size, 2 * block_size + 1, 5 * block_size + 3])
+    truth = torch.stack([kv[2, :, 0], kv[2, :, 1], kv[5, :, 3]])  # [T, N, H]
+    got = module.extract_from_kv_cache(kv, slots, 3)
+    layout = module.MooncakeHiddenStatesConnector.get_required_kvcache_layout(None)
+    if not patched:
+        assert got.shape != truth.shape and layout == "NHD"  # wrong slots, wrong shape in dim 1, silently
+        return
+    assert torch.equal(got, truth) and layout == "LBNHC"
+
+
+def _installed(module: str):
+    from compat.surface import installed_sources
+
+    return installed_sources()[module][1]
