@@ -124,6 +124,10 @@ def rules(surface) -> list[Rule]:
         out.append(Rule("NO", "hybrid verifiers with this release's scripts/launch_vllm.py: it forces "
                               "--no-enable-chunked-prefill (speculators #564, removed by #976 in 0.8.0); "
                               "start vllm serve yourself without that flag", "hybrid"))
+    if version and Version(version) < Version("0.8"):
+        out.append(Rule("NOTE", "this release's scripts/launch_vllm.py reads AutoConfig without trust_remote_code "
+                                "(--trust-remote-code arrived with #963): for Kimi-K2.5 under a transformers "
+                                "without kimi_k25, start vllm serve yourself with the ids [2, 30, 58, 61]"))
     if version and Version(version) >= Version("0.8"):
         out.append(Rule("NOTE", "scripts/launch_vllm.py ignores --no-include-last-layer unless "
                                 "--target-layer-ids is given: pass the ids explicitly"))
