@@ -16,7 +16,7 @@ import argparse
 import sys
 from dataclasses import dataclass, field, replace
 
-from . import exit_policy, registry, report, verdicts
+from . import exit_policy, plan_serve, registry, report, verdicts
 from .errors import EnvironmentProblem, PatchError
 from .exit_policy import Finding
 from .layout import GENERATOR, WORKER
@@ -130,13 +130,14 @@ def _decide(args) -> int:
         message = f"{module} is not installed (no distribution provides the `{module}` module)"
         return _refuse(args, _environment(message), missing=missing)
     surface = evaluate(found["vllm"][1], found["speculators"][1], found["transformers"][1])
-    if surface.values.get("speculators.generator") == "absent":
+    serve = plan_serve.serve_decisions(surface)  # speculators >= 0.5: the vllm serve path's patches
+    if serve is None and surface.values.get("speculators.generator") == "absent":
         message = (f"nothing to patch: speculators {surface.version('speculators')} has no hidden-states generator "
                    f"this kit knows ({GENERATOR} and {WORKER} are absent; speculators >= 0.5 generates hidden "
                    f"states through `vllm serve` and vLLM's own extract_hidden_states)")
         unsupported = Finding("unsupported", message)
         return _finish(args, mode, surface, Result(problems=[unsupported]), unsupported=message)
-    decisions = registry.select(surface)
+    decisions = serve if serve is not None else registry.select(surface)
     unknown = verdicts.unknown_ids(decisions, args.exclude)
     if unknown:
         known = ", ".join(d.patch.id for d in decisions)
@@ -212,8 +213,8 @@ def run_targets(mode: str, decisions: list[Decision], fingerprint: str, site=Non
 
 
 def _revert(args) -> int:
-    """Revert every target; one that cannot be reverted is a finding, and the others are still reverted."""
-    patches = registry.load_patches()
+    """Revert every target of both paths; one that cannot be reverted is a finding, the others are still reverted."""
+    patches = registry.load_patches() + registry.load_patches("serve")  # both paths: revert restores every file
     result, missing = Result(), []
     targets = sorted({p.target for p in patches})
     for target in targets:

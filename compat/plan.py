@@ -21,7 +21,7 @@ from pathlib import Path
 
 from packaging.requirements import InvalidRequirement, Requirement
 
-from . import exit_policy, registry, report, upstream_facts
+from . import exit_policy, plan_serve, registry, report, upstream_facts
 from .probes import PROBES, Unknown
 from .sources import Source, SourceError, open_source
 from .surface import evaluate, installed_sources
@@ -68,6 +68,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if plan_serve.wants(args.speculators):  # speculators >= 0.5: the vllm serve path
+        return plan_serve.run(args)
     try:
         vllm = open_source(args.wheel)
         surface = evaluate(vllm, None, only="vllm")

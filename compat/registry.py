@@ -42,12 +42,15 @@ def _patch_package():
     return module
 
 
-def load_patches() -> list[Patch]:
-    """Every ``PATCH`` in ``compat.patches``, in module-name order (the apply order)."""
+def load_patches(path: str = "") -> list[Patch]:
+    """Every ``PATCH`` in ``compat.patches`` (or its subpackage ``path``, e.g. ``"serve"`` for the modern
+    path's declarations), in module-name order (the apply order)."""
     package = _patch_package()
+    if path:
+        package = importlib.import_module(f"{package.__name__}.{path}")
     patches = []
     for info in sorted(pkgutil.iter_modules(package.__path__), key=lambda i: i.name):
-        if info.name.startswith("_"):
+        if info.name.startswith("_") or info.ispkg:
             continue
         module = importlib.import_module(f"{package.__name__}.{info.name}")
         patch = getattr(module, "PATCH", None)

@@ -5,12 +5,15 @@ with ``ast`` (never imports vLLM), returns a small comparable value, and keeps
 where it read it apart from the value.  ``PROBES`` maps probe name to function;
 :mod:`compat.probes.vllm`, :mod:`compat.probes.runner_v2` (which also reads
 ``VLLM_USE_V2_MODEL_RUNNER`` from the reader's environment, when known),
-:mod:`compat.probes.speculators` and :mod:`compat.probes.transformers` define them.
+:mod:`compat.probes.speculators` and :mod:`compat.probes.transformers` define them; the
+``serve.*`` probes of the modern path (``vllm serve`` + a KV connector) live in :mod:`compat.probes.serve`,
+:mod:`compat.probes.serve_connector` and :mod:`compat.probes.serve_speculators`.
 """
 
 from __future__ import annotations
 
 from .base import PROBES, Reading, Unknown, probe  # noqa: F401
 from . import runner_v2, speculators, transformers, vllm  # noqa: F401,E402  (define the probes)
+from . import serve, serve_connector, serve_speculators  # noqa: F401,E402  (the serve path's probes)
 
 __all__ = ["PROBES", "Reading", "Unknown", "probe"]

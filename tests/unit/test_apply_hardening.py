@@ -69,11 +69,12 @@ def no_traceback(proc: subprocess.CompletedProcess) -> None:
 
 @pytest.mark.parametrize("mode", [(), ("--dry-run",), ("--verify",)], ids=["apply", "dry-run", "verify"])
 def test_speculators_without_a_generator_is_nothing_to_patch_exit_3(tmp_path, mode):
-    site = build(tmp_path / "site", speculators="0.5.0")  # 0.5.0 ships no data_generation generator or worker
+    # 0.2.0 ships neither the generator nor the serve client (0.5.0+ is patched on the serve path, issue 21)
+    site = build(tmp_path / "site", speculators="0.2.0")
     proc = cli(site, *mode, "--json-file", str(tmp_path / "r.json"))
     no_traceback(proc)
     assert proc.returncode == 3, proc.stdout + proc.stderr
-    assert "nothing to patch: speculators 0.5.0 has no hidden-states generator this kit knows" in proc.stdout
+    assert "nothing to patch: speculators 0.2.0 has no hidden-states generator this kit knows" in proc.stdout
     assert json.loads((tmp_path / "r.json").read_text())["exit_code"] == 3
     assert not (site / STATE_DIR).exists()
 

