@@ -15,7 +15,6 @@ import argparse
 import email.parser
 import json
 import sys
-import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -116,7 +115,7 @@ def _declared(surface, module: str, version: str, kind: str) -> None:
 def pair_speculators(surface, wanted: str | None) -> str:
     """Put ``speculators.generator`` into the surface; return how it was chosen."""
     if wanted and _is_path(wanted):
-        _probe_into(surface, "speculators", open_source(wanted))
+        _probe_into(surface, "speculators", open_source(wanted, module="speculators"))
         return f"read from {wanted}"
     if wanted:
         value, how = upstream_facts.speculators_generator(wanted)
@@ -134,13 +133,7 @@ def pair_speculators(surface, wanted: str | None) -> str:
 
 def vllm_pin(source: Source, module: str = "transformers") -> str | None:
     """The version specifier vLLM's own metadata puts on ``module`` (Requires-Dist), or None."""
-    text = None
-    if source.kind == "wheel":
-        with zipfile.ZipFile(source.location) as archive:
-            meta = next((n for n in archive.namelist() if n.count("/") == 1 and n.endswith(".dist-info/METADATA")), None)
-            text = archive.read(meta).decode() if meta else None
-    else:
-        text = source.read("PKG-INFO")
+    text = source.metadata
     if not text:
         return None
     for line in email.parser.Parser().parsestr(text, headersonly=True).get_all("Requires-Dist") or []:
@@ -157,7 +150,7 @@ def pair_transformers(surface, wanted: str | None, vllm: Source) -> str:
     """Put the transformers probes into the surface; return how the release was chosen."""
     names = [n for n, spec in PROBES.items() if spec.package == "transformers"]
     if wanted and _is_path(wanted):
-        _probe_into(surface, "transformers", open_source(wanted))
+        _probe_into(surface, "transformers", open_source(wanted, module="transformers"))
         return f"read from {wanted}"
     if wanted:
         _declared(surface, "transformers", wanted, "named")
@@ -199,7 +192,23 @@ def undecided_floor(surface) -> str | None:
     return None
 
 
+def unread_versions(surface) -> list[str]:
+    """Why each package a prefilter reads is present but has no readable version (never taken as 'not installed')."""
+    out = []
+    for package in registry.PREFILTERED:
+        info = surface.packages.get(package)
+        if info is not None and not info.get("version"):
+            out.append(f"{package} at {info.get('location') or '?'}: {info.get('unread') or 'no version'}")
+    return out
+
+
 def judge(decisions, surface) -> Answer:
+    """The plan's one answer (YES / NO / UNKNOWN / UNSUPPORTED) and its exit code: the one place plan decides.
+
+    Checked in order: the generator exists, every version a prefilter reads
+    is known, no combination no patch rescues, the generator's vLLM floor is
+    decided, no patch is unknown-surface; then YES.
+    """
     generator = surface.values.get("speculators.generator")
     version = surface.version("speculators") or "?"
     if generator == "absent":
@@ -208,6 +217,10 @@ def judge(decisions, surface) -> Answer:
                       f"{upstream_facts.GENERATOR_REMOVED} speculators generates data through vllm serve)", report.UNSUPPORTED)
     if isinstance(generator, Unknown):
         return Answer("UNKNOWN", f"speculators generator: {generator.reason}; do not install blind",
+                      report.PATCH_PROBLEM)
+    unread = unread_versions(surface)
+    if unread:
+        return Answer("UNKNOWN", "cannot read the version of " + "; ".join(unread) + "; do not install blind",
                       report.PATCH_PROBLEM)
     why = incompatible(surface)
     if why:

@@ -20,6 +20,10 @@ from .surface import Surface
 from .verdicts import VERDICTS, Decision  # noqa: F401  (the life-cycle lives in compat.verdicts)
 
 
+#: The packages a declaration's version prefilter may name.
+PREFILTERED = ("vllm", "speculators")
+
+
 class DeclarationError(Exception):
     """A malformed patch declaration (a bug in this kit, caught by unit tests)."""
 
@@ -67,7 +71,7 @@ def validate(patch: Patch) -> None:
             raise DeclarationError(f"{patch.id}: unknown probe {name!r}")
     for package, spec in patch.versions.items():
         versions.in_range(spec, "0")  # raises ValueError on a bad specifier
-        if package not in ("vllm", "speculators"):
+        if package not in PREFILTERED:
             raise DeclarationError(f"{patch.id}: unknown package {package!r}")
     for field in ("why", "how", "upstream", "removal", "title"):
         if not getattr(patch, field).strip():
@@ -82,6 +86,9 @@ def judge(patch: Patch, surface: Surface) -> Decision:
     """The surface-level verdict of one patch (never looks at files)."""
     for package, spec in patch.versions.items():
         version = surface.version(package)
+        if version is None and surface.packages.get(package) is not None:  # there, but its version unreadable
+            why = surface.packages[package].get("unread") or "its version could not be read"
+            return Decision(patch, "unknown-surface", f"{package} version unknown: {why}")
         if version is None:
             return Decision(patch, "out-of-range", f"{package} is not installed")
         try:

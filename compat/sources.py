@@ -8,9 +8,15 @@ from __future__ import annotations
 
 import email.parser
 import importlib.metadata as md
+import re
 import tarfile
 import zipfile
 from pathlib import Path
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10: a checkout's pyproject.toml stays unread, so its version is unknown
+    tomllib = None
 
 
 class SourceError(Exception):
@@ -20,11 +26,14 @@ class SourceError(Exception):
 class Source:
     """A read-only view of a package's files, addressed by import-relative path."""
 
-    def __init__(self, kind: str, location: str, dist_name: str | None, version: str | None):
+    def __init__(self, kind: str, location: str, dist_name: str | None, version: str | None,
+                 metadata: str | None = None, unread: str | None = None):
         self.kind = kind  # installed | wheel | sdist | tree
         self.location = location
         self.dist_name = dist_name
         self.version = version
+        self.metadata = metadata  # the core metadata text (METADATA / PKG-INFO) the version came from, if any
+        self.unread = unread  # why ``version`` is None: what was looked for and not found (never a default)
 
     def read(self, relpath: str) -> str | None:  # pragma: no cover - abstract
         raise NotImplementedError
@@ -33,6 +42,57 @@ class Source:
 def _metadata_version(text: str) -> tuple[str | None, str | None]:
     msg = email.parser.Parser().parsestr(text, headersonly=True)
     return msg.get("Name"), msg.get("Version")
+
+
+def provides(dist: md.Distribution, module: str) -> bool:
+    """Does this dist-info provide top-level ``module``? (top_level.txt, else its RECORD, searched as text)."""
+    top = dist.read_text("top_level.txt")
+    if top is not None and module in top.split():
+        return True
+    return re.search(rf"^{re.escape(module)}(?:/|\.[^/,]*,)", dist.read_text("RECORD") or "", re.M) is not None
+
+
+def tree_metadata(root: Path, module: str) -> tuple[str | None, str | None, str | None, str | None]:
+    """(name, version, metadata text, why unread) of the project whose ``module`` lies under ``root``.
+
+    Looked for in this order: ``PKG-INFO`` (an unpacked sdist), the dist-info
+    that provides ``module`` (an unpacked wheel, a site-packages folder), the
+    static ``[project] version`` of ``pyproject.toml`` (a checkout).  A version
+    that is none of these is unknown: a checkout whose version setuptools-scm
+    computes from git has no version until it is built.
+    """
+    pkg_info = root / "PKG-INFO"
+    if pkg_info.is_file():
+        text = pkg_info.read_text(encoding="utf-8", errors="replace")
+        name, version = _metadata_version(text)
+        if version:
+            return name, version, text, None
+    owners = [d for d in md.distributions(path=[str(root)]) if provides(d, module)]
+    if len(owners) > 1:
+        found = ", ".join(sorted(f"{d.metadata['Name']} {d.version}" for d in owners))
+        return None, None, None, f"{len(owners)} dist-infos in {root} provide {module} ({found})"
+    if owners:
+        text = owners[0].read_text("METADATA") or ""
+        name, version = _metadata_version(text)
+        if version:
+            return name, version, text, None
+    project = _pyproject(root / "pyproject.toml")
+    if project.get("version"):
+        return project.get("name"), str(project["version"]), None, None
+    dynamic = " (its version is dynamic, computed at build time)" if "version" in project.get("dynamic", ()) else ""
+    return project.get("name"), None, None, (
+        f"no version readable for {module} in {root}: no PKG-INFO, no dist-info providing {module}, "
+        f"no static version in pyproject.toml{dynamic}")
+
+
+def _pyproject(path: Path) -> dict:
+    if tomllib is None:
+        return {}
+    try:
+        project = tomllib.loads(path.read_text(encoding="utf-8")).get("project", {})
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+        return {}
+    return project if isinstance(project, dict) else {}
 
 
 class InstalledSource(Source):
@@ -65,8 +125,10 @@ class WheelSource(Source):
             raise SourceError(f"cannot open wheel {path}: {exc}") from exc
         names = set(archive.namelist())
         meta = next((n for n in names if n.count("/") == 1 and n.endswith(".dist-info/METADATA")), None)
-        name, version = _metadata_version(archive.read(meta).decode()) if meta else (None, None)
-        super().__init__("wheel", str(path), name, version)
+        text = archive.read(meta).decode("utf-8", errors="replace") if meta else None
+        name, version = _metadata_version(text) if text else (None, None)
+        super().__init__("wheel", str(path), name, version, text,
+                         None if version else f"{path} has no dist-info METADATA with a Version")
         self._zip = archive
         self._names = names
 
@@ -87,10 +149,12 @@ class SdistSource(Source):
         roots = {n.split("/", 1)[0] for n in members}
         root = roots.pop() if len(roots) == 1 else ""
         pkg_info = members.get(f"{root}/PKG-INFO")
-        name, version = (None, None)
+        name, version, text = None, None, None
         if pkg_info is not None:
-            name, version = _metadata_version(archive.extractfile(pkg_info).read().decode())
-        super().__init__("sdist", str(path), name, version)
+            text = archive.extractfile(pkg_info).read().decode("utf-8", errors="replace")
+            name, version = _metadata_version(text)
+        super().__init__("sdist", str(path), name, version, text,
+                         None if version else f"{path} has no PKG-INFO with a Version")
         self._tar = archive
         self._members = members
         self._root = root
@@ -103,18 +167,17 @@ class SdistSource(Source):
 
 
 class TreeSource(Source):
-    """A source checkout or an unpacked archive: ``<root>/vllm/...``."""
+    """A source checkout, an unpacked archive or a site-packages folder: ``<root>/<module>/...``."""
 
-    def __init__(self, path: str | Path, dist_name: str | None = None, version: str | None = None):
+    def __init__(self, path: str | Path, dist_name: str | None = None, version: str | None = None,
+                 module: str = "vllm"):
         path = Path(path)
         if not path.is_dir():
             raise SourceError(f"not a directory: {path}")
+        text = unread = None
         if version is None:
-            for meta in [path / "PKG-INFO", *path.glob("vllm*.dist-info/METADATA")]:
-                if meta.is_file():
-                    dist_name, version = _metadata_version(meta.read_text())
-                    break
-        super().__init__("tree", str(path), dist_name, version)
+            dist_name, version, text, unread = tree_metadata(path, module)
+        super().__init__("tree", str(path), dist_name, version, text, unread)
         self._base = path
 
     def read(self, relpath: str) -> str | None:
@@ -124,11 +187,11 @@ class TreeSource(Source):
             return None
 
 
-def open_source(path: str | Path) -> Source:
-    """Pick the backend from what ``path`` is."""
+def open_source(path: str | Path, module: str = "vllm") -> Source:
+    """Pick the backend from what ``path`` is; a tree's version is the one of the project providing ``module``."""
     path = Path(path)
     if path.is_dir():
-        return TreeSource(path)
+        return TreeSource(path, module=module)
     if path.suffix == ".whl":
         return WheelSource(path)
     if path.name.endswith((".tar.gz", ".tgz", ".tar")):
