@@ -154,7 +154,7 @@ def pair_transformers(surface, wanted: str | None, vllm: Source) -> str:
         return f"read from {wanted}"
     if wanted:
         _declared(surface, "transformers", wanted, "named")
-        surface.values.update({n: upstream_facts.transformers_annotation(wanted) for n in names})
+        surface.values.update({n: upstream_facts.transformers_value(n, wanted) for n in names})
         return "--transformers: from the kit's table of checked transformers releases"
     pin = vllm_pin(vllm)
     installed = installed_sources()["transformers"][1]
@@ -166,7 +166,7 @@ def pair_transformers(surface, wanted: str | None, vllm: Source) -> str:
                                           "pass --transformers VERSION") for n in names})
         return "not installed here; vLLM pins no version"
     _declared(surface, "transformers", pin, "pinned by vLLM")
-    surface.values.update({n: upstream_facts.transformers_annotation_in(pin) for n in names})
+    surface.values.update({n: upstream_facts.transformers_value_in(n, pin) for n in names})
     skipped = f"installed {installed.version} is outside it; " if installed is not None else ""
     return f"{skipped}judged with the range vLLM's metadata pins: transformers{pin}"
 

@@ -235,6 +235,7 @@ def surface_for(path: Path, variant: str, transformers: str = "none") -> Surface
     surface.packages["speculators"] = {"name": "speculators", "version": GENERATORS[variant]}
     surface.values["speculators.generator"] = variant
     surface.values["transformers.config_torch_annotation"] = transformers
+    surface.values["transformers.prepare_4d_causal_attention_mask"] = "present"  # every transformers < 5.24
     return surface
 
 
@@ -292,7 +293,7 @@ def test_retired_set_matches_the_declarations():
 def test_table_names_every_patch():
     ids = {p.id for p in load_patches()}
     tabled = {c.patch for c in (*CHANGES, *ENDS)} | OWN_BUGS["0.3.0"] | OWN_BUGS["0.4.x"]
-    assert ids - tabled == {"deps.transformers5_config_torch_annotation"}, ids ^ tabled
+    assert ids - tabled == {"deps.transformers5_config_torch_annotation", "deps.transformers524_attention_mask_utils"}, ids ^ tabled
 
 
 @pytest.mark.parametrize(("path", "variant"), CASES)
@@ -409,6 +410,7 @@ def test_v2_opt_in_is_planned(release, value, runs_v2):
     surface.packages["speculators"] = {"name": "speculators", "version": GENERATORS["0.4.x"]}
     surface.values["speculators.generator"] = "0.4.x"
     surface.values["transformers.config_torch_annotation"] = "none"
+    surface.values["transformers.prepare_4d_causal_attention_mask"] = "present"
     verdicts = {d.patch.id: d.verdict for d in select(surface)}
     assert (verdicts["vllm.runner.v2_has_no_input_batch"] == "needed") == runs_v2, verdicts
 

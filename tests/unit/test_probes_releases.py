@@ -145,3 +145,31 @@ def test_runner_v2_selected_is_unknown_for_a_value_vllm_cannot_parse():
 
 def _where(reading):
     return (reading.file, reading.line)
+
+
+# -- transformers 5.24.0 removed modeling_attn_mask_utils (issue 19 item 3) ---------------------------------------
+
+#: upstream fact: transformers/modeling_attn_mask_utils.py ships in every release up to 5.23.0 and not in 5.24.0
+ATTN_MASK_UTILS = {"4.40.0": "present", "4.57.6": "present", "5.3.0": "present", "5.19.0": "present",
+                   "5.23.0": "present", "5.24.0": "absent"}
+
+
+@pytest.mark.parametrize("version", ATTN_MASK_UTILS)
+def test_prepare_4d_causal_attention_mask_probe_on_real_transformers_wheels(version):
+    import zipfile
+
+    from compat.upstream_facts import transformers_value
+
+    archive = wheel(f"transformers=={version}")
+    ships = "transformers/modeling_attn_mask_utils.py" in zipfile.ZipFile(archive).namelist()
+    assert ships == (ATTN_MASK_UTILS[version] == "present")  # the fact, read from the archive itself
+    result = PROBES["transformers.prepare_4d_causal_attention_mask"].run(Reader(WheelSource(archive)))
+    assert isinstance(result, Reading) and result.value == ATTN_MASK_UTILS[version]
+    assert transformers_value("transformers.prepare_4d_causal_attention_mask", version) == ATTN_MASK_UTILS[version]
+
+
+def test_the_probe_is_unknown_on_what_is_not_transformers():
+    from compat.probes import Unknown
+
+    result = PROBES["transformers.prepare_4d_causal_attention_mask"].run(Reader(WheelSource(wheel("speculators==0.4.0.1"))))
+    assert isinstance(result, Unknown)
