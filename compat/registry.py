@@ -80,6 +80,8 @@ def validate(patch: Patch) -> None:
             raise DeclarationError(f"{patch.id}: empty {field}")
     if not patch.edits:
         raise DeclarationError(f"{patch.id}: no edits")
+    if set(patch.known_loss) & set(patch.edits):
+        raise DeclarationError(f"{patch.id}: a variant cannot both have edits and a known loss")
     if not patch.target.isidentifier():
         raise DeclarationError(f"{patch.id}: target {patch.target!r} is not an importable top-level module name")
 
@@ -138,6 +140,9 @@ def _by_probes(patch: Patch, surface: Surface) -> Decision:
     variant = surface.value(patch.variant_probe)
     if isinstance(variant, Unknown):
         return Decision(patch, "unknown-surface", f"{patch.variant_probe}: {variant.reason}")
+    if variant in patch.known_loss:  # the same bug, no variant of the patch: never "not-needed"
+        return Decision(patch, "known-loss", f"{patch.variant_probe}={variant} has the same bug and no variant of "
+                        f"this patch: wrong or lost at {patch.known_loss[variant]}", variant)
     if variant not in patch.edits:  # before the probes: an unreadable probe cannot matter to this generator
         return Decision(patch, "not-needed", f"{patch.variant_probe}={variant} has no such bug", variant)
     if patch.retired:  # after the generator check: an unreadable generator stays unknown-surface
