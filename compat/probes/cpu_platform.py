@@ -1,0 +1,31 @@
+"""Probes of what vLLM's CPU platform demands of the host before a worker starts."""
+
+from __future__ import annotations
+
+import ast
+
+from ..astkit import Reader
+from .base import Reading, Unknown, probe
+
+CPU_WORKER = "vllm/v1/worker/cpu_worker.py"
+CHECK = "check_preloaded_libs"
+
+
+@probe("platform.cpu_preload_required")
+def cpu_preload_required(reader: Reader):
+    """Libraries vLLM's CPU worker refuses to start without in LD_PRELOAD (comma-separated), or none."""
+    tree = reader.module(CPU_WORKER)
+    if tree is None:
+        return Unknown(f"{CPU_WORKER} not found")
+    checks = [n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == CHECK]
+    if not checks:
+        return Reading("none", CPU_WORKER, None)
+    if not any(isinstance(n, ast.Raise) for check in checks for n in ast.walk(check)):
+        return Reading("none", CPU_WORKER, checks[0].lineno)  # 0.17 and 0.19+: a warning only
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == CHECK:
+            if len(node.args) != 1 or not isinstance(node.args[0], ast.Constant):
+                return Unknown(f"{CPU_WORKER}: {CHECK} is called with an argument this probe cannot read")
+            names.add(node.args[0].value)
+    return Reading(",".join(sorted(names)) or "none", CPU_WORKER, checks[0].lineno)
