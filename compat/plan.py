@@ -281,7 +281,7 @@ def render(surface, sources: dict[str, str], decisions, answer: Answer) -> list[
     for d in decisions:  # "apply" only under a YES: under NO / UNKNOWN nothing should be applied
         shown = ("apply" if answer.word == "YES" else "needed") if d.verdict == "needed" else d.verdict
         lines.append(f"  {d.patch.id:{width}}  {shown:16} {d.reason}")
-    lines += proof_notes(decisions) + host_notes(surface)
+    lines += proven.user_proofs(decisions) + host_notes(surface)
     unproven = proven.describe(decisions, surface.version("vllm"))
     if unproven:
         lines.append(f"unproven: {unproven}")
@@ -308,15 +308,6 @@ def host_notes(surface) -> list[str]:
                      f"({where}); installed as {dist} it fails with 'Failed to infer device type': set "
                      "VLLM_TARGET_DEVICE=cpu (or install a metadata-only dist of that name)")
     return notes
-
-
-def proof_notes(decisions) -> list[str]:
-    """How to prove, on one's own install, the needed patches whose bug compat confirm cannot show (grouped)."""
-    groups: dict[str, list[str]] = {}
-    for d in decisions:
-        if d.verdict in ("needed", "apply", "already-applied") and d.patch.user_proof:
-            groups.setdefault(d.patch.user_proof, []).append(d.patch.id)
-    return [f"note: {', '.join(ids)}: {proof}" for proof, ids in groups.items()]
 
 
 if __name__ == "__main__":

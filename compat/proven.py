@@ -80,3 +80,13 @@ def _where(patch_id: str, variant: str | None) -> str:
         span = ordered[0] if len(ordered) == 1 else f"{ordered[0]}..{ordered[-1]} ({len(ordered)} lines)"
         shown.append(f"{span} {device}")
     return ", ".join(shown)
+
+
+def user_proofs(decisions: Iterable) -> list[str]:
+    """``note:`` lines saying how to prove, on one's own install, the needed patches whose bug compat confirm
+    cannot show (``Patch.user_proof``), one per distinct proof."""
+    groups: dict[str, list[str]] = {}
+    for d in decisions:
+        if d.verdict in NEEDED and d.patch.user_proof:
+            groups.setdefault(d.patch.user_proof, []).append(d.patch.id)
+    return [f"note: {', '.join(ids)}: {proof}" for proof, ids in groups.items()]

@@ -539,10 +539,10 @@ def test_speculators_030_has_the_pipeline_parallel_loss_and_the_plan_says_when_i
 def test_the_plan_says_how_to_prove_the_patches_confirm_cannot_run():
     """compat confirm refuses PP > 1 with speculators 0.4.x; the PP patches it applies name the command that
     proves them on the user's install."""
-    from compat.plan import proof_notes
+    from compat.proven import user_proofs
 
     decisions = select(surface_for(SURFACES_DIR / "vllm-0.32.0.json", "0.4.x"))
-    notes = "\n".join(proof_notes(decisions))
+    notes = "\n".join(user_proofs(decisions))
     for pid in ("speculators.worker.pipeline_parallel_captures", "speculators.generator.kv_cache_config_per_rank"):
         assert pid in notes
     assert "tests/contract/test_parallel.py -k pp2" in notes
