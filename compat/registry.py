@@ -11,13 +11,19 @@ import importlib
 import importlib.util
 import pkgutil
 import sys
+from dataclasses import replace
+from functools import lru_cache
 from pathlib import Path
 
-from . import versions
+from . import upstream_facts, versions
 from .declaration import Patch
 from .probes import PROBES, Unknown
-from .surface import Surface
+from .surface import Surface, known_releases
 from .verdicts import VERDICTS, Decision  # noqa: F401  (the life-cycle lives in compat.verdicts)
+
+
+#: The packages a declaration's version prefilter may name.
+PREFILTERED = ("vllm", "speculators")
 
 
 class DeclarationError(Exception):
@@ -70,32 +76,76 @@ def validate(patch: Patch) -> None:
             raise DeclarationError(f"{patch.id}: unknown probe {name!r}")
     for package, spec in patch.versions.items():
         versions.in_range(spec, "0")  # raises ValueError on a bad specifier
-        if package not in ("vllm", "speculators"):
+        if package not in PREFILTERED:
             raise DeclarationError(f"{patch.id}: unknown package {package!r}")
     for field in ("why", "how", "upstream", "removal", "title"):
         if not getattr(patch, field).strip():
             raise DeclarationError(f"{patch.id}: empty {field}")
     if not patch.edits:
         raise DeclarationError(f"{patch.id}: no edits")
+    if set(patch.known_loss) & set(patch.edits):
+        raise DeclarationError(f"{patch.id}: a variant cannot both have edits and a known loss")
     if not patch.target.isidentifier():
         raise DeclarationError(f"{patch.id}: target {patch.target!r} is not an importable top-level module name")
 
 
+@lru_cache(maxsize=None)
+def release_lines(package: str) -> tuple[str, ...]:
+    """The releases a version of ``package`` is ordered against (the shipped vLLM surfaces, speculators' table)."""
+    if package == "vllm":
+        return tuple(known_releases())
+    return tuple(upstream_facts.SPECULATORS_GENERATOR)
+
+
 def judge(patch: Patch, surface: Surface) -> Decision:
-    """The surface-level verdict of one patch (never looks at files)."""
+    """The surface-level verdict of one patch (never looks at files).
+
+    The version prefilter is a coarse bound; the probes decide.  Below the
+    bound a probe that cannot be read does not matter (out-of-range), but a
+    probe that reads the change as present is not overruled: the verdict is
+    unknown-surface with both facts.  A version that does not order with the
+    releases leaves the prefilter unknown, and the probes decide alone.
+    """
+    outside, unordered = [], []
     for package, spec in patch.versions.items():
         version = surface.version(package)
+        if version is None and surface.packages.get(package) is not None:  # there, but its version unreadable
+            why = surface.packages[package].get("unread") or "its version could not be read"
+            return Decision(patch, "unknown-surface", f"{package} version unknown: {why}")
         if version is None:
             return Decision(patch, "out-of-range", f"{package} is not installed")
         try:
-            inside = versions.in_range(spec, version)
+            inside = versions.prefilter(spec, version, release_lines(package))
         except ValueError as exc:
             return Decision(patch, "unknown-surface", str(exc))
-        if not inside:
-            return Decision(patch, "out-of-range", f"{package} {version} not in {spec}")
+        if inside is None:
+            unordered.append((package, f"{package} {version} does not order with {package} releases"))
+        elif not inside:
+            outside.append(f"{package} {version} not in {spec}")
+    decision = _by_probes(patch, surface)
+    if outside:
+        if decision.verdict == "needed" and patch.requires:
+            return replace(decision, verdict="unknown-surface", reason=(
+                f"the version prefilter says too old ({'; '.join(outside)}), but the probes read the change as "
+                f"present ({decision.reason}): a backport or a vendor build? check by hand"))
+        return Decision(patch, "out-of-range", "; ".join(outside), decision.variant)
+    if unordered:
+        said = "; ".join(text for _, text in unordered)
+        # the generator probe stands for speculators' version; nothing stands for vLLM's but a precondition
+        if decision.verdict == "needed" and not patch.requires and any(p != "speculators" for p, _ in unordered):
+            return replace(decision, verdict="unknown-surface", reason=f"{said}, and no probe decides")
+        return replace(decision, reason=f"{decision.reason} ({said}: the probes decide)")
+    return decision
+
+
+def _by_probes(patch: Patch, surface: Surface) -> Decision:
+    """The verdict the probes alone give: the generator variant, retirement, then the precondition."""
     variant = surface.value(patch.variant_probe)
     if isinstance(variant, Unknown):
         return Decision(patch, "unknown-surface", f"{patch.variant_probe}: {variant.reason}")
+    if variant in patch.known_loss:  # the same bug, no variant of the patch: never "not-needed"
+        return Decision(patch, "known-loss", f"{patch.variant_probe}={variant} has the same bug and no variant of "
+                        f"this patch: wrong or lost at {patch.known_loss[variant]}", variant)
     if variant not in patch.edits:  # before the probes: an unreadable probe cannot matter to this generator
         return Decision(patch, "not-needed", f"{patch.variant_probe}={variant} has no such bug", variant)
     if patch.retired:  # after the generator check: an unreadable generator stays unknown-surface

@@ -8,9 +8,15 @@ from __future__ import annotations
 
 import email.parser
 import importlib.metadata as md
+import re
 import tarfile
 import zipfile
 from pathlib import Path
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10: a checkout's pyproject.toml stays unread, so its version is unknown
+    tomllib = None
 
 
 class SourceError(Exception):
@@ -20,24 +26,90 @@ class SourceError(Exception):
 class Source:
     """A read-only view of a package's files, addressed by import-relative path."""
 
-    def __init__(self, kind: str, location: str, dist_name: str | None, version: str | None):
+    def __init__(self, kind: str, location: str, dist_name: str | None, version: str | None,
+                 metadata: str | None = None, unread: str | None = None):
         self.kind = kind  # installed | wheel | sdist | tree
         self.location = location
         self.dist_name = dist_name
         self.version = version
+        self.metadata = metadata  # the core metadata text (METADATA / PKG-INFO) the version came from, if any
+        self.unread = unread  # why ``version`` is None: what was looked for and not found (never a default)
 
     def read(self, relpath: str) -> str | None:  # pragma: no cover - abstract
         raise NotImplementedError
 
+    def read_bytes(self, relpath: str) -> bytes | None:  # pragma: no cover - abstract
+        """A file's raw bytes (a compiled extension), or None if the source has no such file."""
+        raise NotImplementedError
 
-def _metadata_version(raw: bytes, where: str) -> tuple[str | None, str | None]:
+    def names(self, prefix: str, suffix: str) -> list[str]:
+        """Relative paths of this source's files under ``prefix`` ending in ``suffix`` (for the compiled ones)."""
+        return []
+
+
+def _decode_metadata(raw: bytes, where: str) -> str:
+    """Core metadata as text; it is UTF-8 by specification, and anything else is a clear error, not a traceback."""
     try:
-        text = raw.decode("utf-8")  # core metadata is UTF-8 by specification
+        return raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise SourceError(f"{where} is not valid UTF-8 at byte {exc.start} (core metadata must be UTF-8); "
                           f"cannot read its name and version") from None
+
+
+def _metadata_version(text: str) -> tuple[str | None, str | None]:
     msg = email.parser.Parser().parsestr(text, headersonly=True)
     return msg.get("Name"), msg.get("Version")
+
+
+def provides(dist: md.Distribution, module: str) -> bool:
+    """Does this dist-info provide top-level ``module``? (top_level.txt, else its RECORD, searched as text)."""
+    top = dist.read_text("top_level.txt")
+    if top is not None and module in top.split():
+        return True
+    return re.search(rf"^{re.escape(module)}(?:/|\.[^/,]*,)", dist.read_text("RECORD") or "", re.M) is not None
+
+
+def tree_metadata(root: Path, module: str) -> tuple[str | None, str | None, str | None, str | None]:
+    """(name, version, metadata text, why unread) of the project whose ``module`` lies under ``root``.
+
+    Looked for in this order: ``PKG-INFO`` (an unpacked sdist), the dist-info
+    that provides ``module`` (an unpacked wheel, a site-packages folder), the
+    static ``[project] version`` of ``pyproject.toml`` (a checkout).  A version
+    that is none of these is unknown: a checkout whose version setuptools-scm
+    computes from git has no version until it is built.
+    """
+    pkg_info = root / "PKG-INFO"
+    if pkg_info.is_file():
+        text = _decode_metadata(pkg_info.read_bytes(), str(pkg_info))
+        name, version = _metadata_version(text)
+        if version:
+            return name, version, text, None
+    owners = [d for d in md.distributions(path=[str(root)]) if provides(d, module)]
+    if len(owners) > 1:
+        found = ", ".join(sorted(f"{d.metadata['Name']} {d.version}" for d in owners))
+        return None, None, None, f"{len(owners)} dist-infos in {root} provide {module} ({found})"
+    if owners:
+        text = owners[0].read_text("METADATA") or ""
+        name, version = _metadata_version(text)
+        if version:
+            return name, version, text, None
+    project = _pyproject(root / "pyproject.toml")
+    if project.get("version"):
+        return project.get("name"), str(project["version"]), None, None
+    dynamic = " (its version is dynamic, computed at build time)" if "version" in project.get("dynamic", ()) else ""
+    return project.get("name"), None, None, (
+        f"no version readable for {module} in {root}: no PKG-INFO, no dist-info providing {module}, "
+        f"no static version in pyproject.toml{dynamic}")
+
+
+def _pyproject(path: Path) -> dict:
+    if tomllib is None:
+        return {}
+    try:
+        project = tomllib.loads(path.read_text(encoding="utf-8")).get("project", {})
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+        return {}
+    return project if isinstance(project, dict) else {}
 
 
 class InstalledSource(Source):
@@ -60,6 +132,12 @@ class InstalledSource(Source):
         except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
             return None
 
+    def read_bytes(self, relpath: str) -> bytes | None:
+        return _file_bytes(self._base / relpath)
+
+    def names(self, prefix: str, suffix: str) -> list[str]:
+        return _tree_names(self._base, prefix, suffix)
+
 
 class WheelSource(Source):
     def __init__(self, path: str | Path):
@@ -70,8 +148,10 @@ class WheelSource(Source):
             raise SourceError(f"cannot open wheel {path}: {exc}") from exc
         names = set(archive.namelist())
         meta = next((n for n in names if n.count("/") == 1 and n.endswith(".dist-info/METADATA")), None)
-        name, version = _metadata_version(archive.read(meta), f"{path}:{meta}") if meta else (None, None)
-        super().__init__("wheel", str(path), name, version)
+        text = _decode_metadata(archive.read(meta), f"{path}:{meta}") if meta else None
+        name, version = _metadata_version(text) if text else (None, None)
+        super().__init__("wheel", str(path), name, version, text,
+                         None if version else f"{path} has no dist-info METADATA with a Version")
         self._zip = archive
         self._names = names
 
@@ -79,6 +159,12 @@ class WheelSource(Source):
         if relpath not in self._names:
             return None
         return self._zip.read(relpath).decode("utf-8")
+
+    def read_bytes(self, relpath: str) -> bytes | None:
+        return self._zip.read(relpath) if relpath in self._names else None
+
+    def names(self, prefix: str, suffix: str) -> list[str]:
+        return sorted(n for n in self._names if n.startswith(prefix) and n.endswith(suffix))
 
 
 class SdistSource(Source):
@@ -92,34 +178,37 @@ class SdistSource(Source):
         roots = {n.split("/", 1)[0] for n in members}
         root = roots.pop() if len(roots) == 1 else ""
         pkg_info = members.get(f"{root}/PKG-INFO")
-        name, version = (None, None)
+        name, version, text = None, None, None
         if pkg_info is not None:
-            name, version = _metadata_version(archive.extractfile(pkg_info).read(), f"{path}:{pkg_info.name}")
-        super().__init__("sdist", str(path), name, version)
+            text = _decode_metadata(archive.extractfile(pkg_info).read(), f"{path}:{pkg_info.name}")
+            name, version = _metadata_version(text)
+        super().__init__("sdist", str(path), name, version, text,
+                         None if version else f"{path} has no PKG-INFO with a Version")
         self._tar = archive
         self._members = members
         self._root = root
 
     def read(self, relpath: str) -> str | None:
+        data = self.read_bytes(relpath)
+        return None if data is None else data.decode("utf-8")
+
+    def read_bytes(self, relpath: str) -> bytes | None:
         member = self._members.get(f"{self._root}/{relpath}" if self._root else relpath)
-        if member is None:
-            return None
-        return self._tar.extractfile(member).read().decode("utf-8")
+        return None if member is None else self._tar.extractfile(member).read()
 
 
 class TreeSource(Source):
-    """A source checkout or an unpacked archive: ``<root>/vllm/...``."""
+    """A source checkout, an unpacked archive or a site-packages folder: ``<root>/<module>/...``."""
 
-    def __init__(self, path: str | Path, dist_name: str | None = None, version: str | None = None):
+    def __init__(self, path: str | Path, dist_name: str | None = None, version: str | None = None,
+                 module: str = "vllm"):
         path = Path(path)
         if not path.is_dir():
             raise SourceError(f"not a directory: {path}")
+        text = unread = None
         if version is None:
-            for meta in [path / "PKG-INFO", *path.glob("vllm*.dist-info/METADATA")]:
-                if meta.is_file():
-                    dist_name, version = _metadata_version(meta.read_bytes(), str(meta))
-                    break
-        super().__init__("tree", str(path), dist_name, version)
+            dist_name, version, text, unread = tree_metadata(path, module)
+        super().__init__("tree", str(path), dist_name, version, text, unread)
         self._base = path
 
     def read(self, relpath: str) -> str | None:
@@ -128,12 +217,30 @@ class TreeSource(Source):
         except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
             return None
 
+    def read_bytes(self, relpath: str) -> bytes | None:
+        return _file_bytes(self._base / relpath)
 
-def open_source(path: str | Path) -> Source:
-    """Pick the backend from what ``path`` is."""
+    def names(self, prefix: str, suffix: str) -> list[str]:
+        return _tree_names(self._base, prefix, suffix)
+
+
+def _file_bytes(path: Path) -> bytes | None:
+    try:
+        return path.read_bytes()
+    except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+        return None
+
+
+def _tree_names(base: Path, prefix: str, suffix: str) -> list[str]:
+    folder = base / prefix
+    return sorted(str(p.relative_to(base)) for p in folder.rglob(f"*{suffix}")) if folder.is_dir() else []
+
+
+def open_source(path: str | Path, module: str = "vllm") -> Source:
+    """Pick the backend from what ``path`` is; a tree's version is the one of the project providing ``module``."""
     path = Path(path)
     if path.is_dir():
-        return TreeSource(path)
+        return TreeSource(path, module=module)
     if path.suffix == ".whl":
         return WheelSource(path)
     if path.name.endswith((".tar.gz", ".tgz", ".tar")):

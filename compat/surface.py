@@ -79,6 +79,8 @@ def _values_json(values: dict[str, Any]) -> dict:
 
 def _package_info(source: Source, module: str) -> dict:
     info = {"name": source.dist_name, "version": source.version, "kind": source.kind, "location": source.location}
+    if source.version is None:
+        info["unread"] = getattr(source, "unread", None) or "its version could not be read"
     try:
         info["commit"] = versions.nightly_commit(source.version) if source.version else None
     except ValueError:

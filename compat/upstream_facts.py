@@ -34,9 +34,18 @@ TRANSFORMERS_CHECKED = """
 5.7.0 5.8.0 5.8.1 5.9.0 5.10.1 5.10.2 5.10.4 5.11.0 5.12.0 5.12.1 5.13.0 5.13.1 5.14.0 5.14.1 5.15.0 5.15.1
 5.16.0 5.16.1 5.17.0 5.18.0 5.19.0 5.20.0 5.20.1 5.20.2 5.21.0 5.21.1 5.22.0 5.22.1 5.22.2 5.23.0 5.24.0
 """.split()
-#: transformers 5.4.0 is the first release whose PreTrainedConfig annotates a field with torch.*
-#: while importing torch only under TYPE_CHECKING ("unresolvable"); every checked release before it is "none".
-TORCH_ANNOTATION_FROM = Version("5.4.0")
+#: The transformers change points the probes read, each probe's (first release with the new value, value before,
+#: value from it on); every checked release before the point has the old value.
+#: ``transformers.config_torch_annotation``: 5.4.0 is the first release whose PreTrainedConfig annotates a field
+#: with torch.* while importing torch only under TYPE_CHECKING.
+#: ``transformers.prepare_4d_causal_attention_mask``: 5.24.0 removed ``transformers/modeling_attn_mask_utils.py``
+#: (read in the 4.40.0, 4.57.6, 5.3.0, 5.19.0, 5.23.0 and 5.24.0 wheels by tests/unit/test_probes_releases.py).
+TRANSFORMERS_CHANGES = {
+    "transformers.config_torch_annotation": (Version("5.4.0"), "none", "unresolvable"),
+    "transformers.prepare_4d_causal_attention_mask": (Version("5.24.0"), "present", "absent"),
+}
+TORCH_ANNOTATION_FROM = TRANSFORMERS_CHANGES["transformers.config_torch_annotation"][0]
+ANNOTATION = "transformers.config_torch_annotation"
 
 
 def speculators_generator(version: str) -> tuple[str | Unknown, str]:
@@ -58,12 +67,15 @@ def speculators_generator(version: str) -> tuple[str | Unknown, str]:
                    f"{', '.join(k for k, g in SPECULATORS_GENERATOR.items() if g != 'absent')})"), "unknown release"
 
 
-def _torch_annotation(v: Version) -> str:
-    return "unresolvable" if v >= TORCH_ANNOTATION_FROM else "none"
+def _value(probe: str, v: Version) -> str:
+    since, before, after = TRANSFORMERS_CHANGES[probe]
+    return after if v >= since else before
 
 
-def transformers_annotation(version: str) -> str | Unknown:
-    """``transformers.config_torch_annotation`` of one transformers release, or Unknown if not checked."""
+def transformers_value(probe: str, version: str) -> str | Unknown:
+    """The value of transformers probe ``probe`` on one transformers release, or Unknown if not checked."""
+    if probe not in TRANSFORMERS_CHANGES:
+        return Unknown(f"the kit has no table for {probe}; pass the transformers wheel instead")
     try:
         v = Version(version)
     except InvalidVersion:
@@ -71,15 +83,17 @@ def transformers_annotation(version: str) -> str | Unknown:
     if not any(Version(c) == v for c in TRANSFORMERS_CHECKED):
         return Unknown(f"transformers {version} is not a release checked here "
                        f"({TRANSFORMERS_CHECKED[0]} .. {TRANSFORMERS_CHECKED[-1]}); pass its wheel instead")
-    return _torch_annotation(v)
+    return _value(probe, v)
 
 
-def transformers_annotation_in(specifier: str) -> str | Unknown:
+def transformers_value_in(probe: str, specifier: str) -> str | Unknown:
     """The value every checked release allowed by ``specifier`` agrees on, or Unknown.
 
     Unknown when the range reaches past the newest checked release, below the
     oldest, or holds releases that disagree.
     """
+    if probe not in TRANSFORMERS_CHANGES:
+        return Unknown(f"the kit has no table for {probe}; pass --transformers VERSION or its wheel")
     spec = SpecifierSet(specifier)
     checked = [Version(c) for c in TRANSFORMERS_CHECKED]
     allowed = [v for v in checked if spec.contains(v, prereleases=True)]
@@ -90,8 +104,18 @@ def transformers_annotation_in(specifier: str) -> str | Unknown:
     if spec.contains(newer, prereleases=True) or spec.contains(older, prereleases=True):
         return Unknown(f"transformers {specifier} admits releases outside the checked "
                        f"{checked[0]} .. {checked[-1]}; pass --transformers VERSION")
-    values = {_torch_annotation(v) for v in allowed}
+    values = {_value(probe, v) for v in allowed}
     if len(values) > 1:
-        return Unknown(f"transformers {specifier} admits releases with and without the torch annotation "
-                       f"(changed in {TORCH_ANNOTATION_FROM}); pass --transformers VERSION")
+        return Unknown(f"transformers {specifier} admits releases on both sides of {probe}'s change "
+                       f"(in {TRANSFORMERS_CHANGES[probe][0]}); pass --transformers VERSION")
     return values.pop()
+
+
+def transformers_annotation(version: str) -> str | Unknown:
+    """``transformers.config_torch_annotation`` of one transformers release, or Unknown if not checked."""
+    return transformers_value(ANNOTATION, version)
+
+
+def transformers_annotation_in(specifier: str) -> str | Unknown:
+    """``transformers.config_torch_annotation`` agreed on by every checked release in ``specifier``, or Unknown."""
+    return transformers_value_in(ANNOTATION, specifier)

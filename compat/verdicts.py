@@ -2,7 +2,7 @@
 
 ::
 
-    registry.judge      surface -> out-of-range | unknown-surface | not-needed | needed
+    registry.judge      surface -> out-of-range | unknown-surface | not-needed | known-loss | needed
     verdicts.exclude    needed  -> excluded                      (--exclude ID)
     verdicts.on_files   needed  -> apply | already-applied | drifted | failed
                         every decision also learns what is on disk (``on_disk``)
@@ -21,11 +21,13 @@ from .declaration import Patch
 from .exit_policy import PROBLEM_VERDICTS
 
 #: Verdicts of the surface step (registry.judge).
-SURFACE = ("needed", "not-needed", "out-of-range", "unknown-surface")
+SURFACE = ("needed", "not-needed", "known-loss", "out-of-range", "unknown-surface")
 #: Verdicts of the file step (what the patcher found for a ``needed`` patch).
 FILES = ("apply", "already-applied", "drifted", "failed")
-VERDICTS = ("apply", "already-applied", "not-needed", "excluded", "out-of-range", "unknown-surface", "drifted",
-            "failed")
+VERDICTS = ("apply", "already-applied", "not-needed", "known-loss", "excluded", "out-of-range", "unknown-surface",
+            "drifted", "failed")
+#: known-loss: this generator has the bug and the kit no patch for it; the install works except under the
+#: condition the declaration names (``Patch.known_loss``), which plan and apply print.
 #: A decision left in one of these makes apply write nothing and exit 1.
 BLOCKING = tuple(PROBLEM_VERDICTS)  # the exit-code policy's problem verdicts: one list, one meaning
 #: What a patch's edits are on disk: all its files carry them, none, some, or we cannot tell.
@@ -52,6 +54,8 @@ class Decision:
             "on_disk": self.on_disk,
             "upstream": self.patch.upstream,
             "files": list(self.patch.files(self.variant)) if self.variant else [],
+            "fails_when": self.patch.known_loss.get(self.variant) if self.verdict == "known-loss" else None,
+            "user_proof": self.patch.user_proof or None,
         }
 
 

@@ -44,3 +44,29 @@ def in_range(spec: str, version: str | Version) -> bool:
     except InvalidSpecifier as exc:
         raise ValueError(f"not a PEP 440 specifier: {spec!r}") from exc
     return specifiers.contains(parse(version), prereleases=True)
+
+
+def orders_with(version: str | Version, lines: list[str] | tuple[str, ...]) -> bool:
+    """Can ``version`` be placed among the releases ``lines`` (``X.Y`` or full versions) by its number alone?
+
+    A build that is a dev or local version of a series no release has
+    (``0.1.dev1+gabc1234``: what setuptools-scm writes for a checkout without
+    tags) does not order: its number says nothing about the code.  A plain
+    release, a build of a known series, and a build newer than every known
+    series do.
+    """
+    v = parse(version)
+    known = {parse(line).release[:2] for line in lines}
+    if not known or not (v.is_devrelease or v.local) or v.release[:2] in known:
+        return True
+    return v.release[:2] > max(known)
+
+
+def prefilter(spec: str, version: str | Version, lines: list[str] | tuple[str, ...]) -> bool | None:
+    """:func:`in_range`, or ``None`` when the version cannot be ordered with the releases (unknown, never False)."""
+    try:
+        if not orders_with(version, lines):
+            return None
+    except ValueError:
+        return None  # not PEP 440: no order at all
+    return in_range(spec, version)

@@ -24,6 +24,12 @@ PATCH = Patch(
         "when speculators sets async_scheduling=False itself, or when a PP=2 run on CUDA with async scheduling on "
         "matches HF (tests/contract/test_parallel.py proves it there; an earlier retirement rested on PP=1 runs only)"
     ),
+    user_proof=(
+        "the bug needs pipeline-parallel size > 1, which compat confirm cannot run (speculators' generator takes no "
+        "pipeline_parallel_size: confirm exits 2). Prove it on your install from a checkout of this kit, in the "
+        "environment that has vLLM and speculators, with two CPU cores or two GPUs: "
+        "python -m pytest -p no:cacheprovider -m parallel tests/contract/test_parallel.py -k pp2"
+    ),
     target="speculators",
     versions={"vllm": ">=0.13.0.dev0", "speculators": SPECULATORS},
     requires={"scheduler_config.async_scheduling_default": ("None->auto-on",)},

@@ -36,6 +36,13 @@ PATCH = Patch(
         "every layer of both stages equals HF; left out, generate() gets nothing from rank 0. speculators 0.3.0 "
         "has the same loss and no variant of this patch"
     ),
+    known_loss={"0.3.0": "pipeline-parallel size > 1"},
+    user_proof=(
+        "the bug needs pipeline-parallel size > 1, which compat confirm cannot run (speculators' generator takes no "
+        "pipeline_parallel_size: confirm exits 2). Prove it on your install from a checkout of this kit, in the "
+        "environment that has vLLM and speculators, with two CPU cores or two GPUs: "
+        "python -m pytest -p no:cacheprovider -m parallel tests/contract/test_parallel.py -k pp2"
+    ),
     target="speculators",
     versions={"speculators": SPECULATORS},
     requires={},

@@ -117,6 +117,12 @@ PATCH = Patch(
         "vllm-project/vllm v1/engine/core.py _initialize_kv_caches + kv_cache_utils.get_kv_cache_configs"
     ),
     removal="when speculators builds one KV-cache config per rank (or uses vLLM's get_kv_cache_configs)",
+    user_proof=(
+        "the bug needs pipeline-parallel size > 1, which compat confirm cannot run (speculators' generator takes no "
+        "pipeline_parallel_size: confirm exits 2). Prove it on your install from a checkout of this kit, in the "
+        "environment that has vLLM and speculators, with two CPU cores or two GPUs: "
+        "python -m pytest -p no:cacheprovider -m parallel tests/contract/test_parallel.py -k pp2"
+    ),
     target="speculators",
     versions={"speculators": SPECULATORS},
     requires={},

