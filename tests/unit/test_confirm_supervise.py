@@ -38,6 +38,12 @@ def test_the_root_cause_is_found_however_long_the_text_after_it():
     assert len(LOG + tail) > 6000 and WORKER_ERROR not in (LOG + tail)[-6000:]
 
 
+def test_of_two_errors_the_first_is_the_root_cause():
+    """A worker's error, then the parent's own error about the dead engine (not a known consequence phrase)."""
+    text = LOG + "Traceback (most recent call last):\nKeyError: 'hidden_states_path'\n"
+    assert root_cause(text).endswith(WORKER_ERROR)
+
+
 def test_a_consequence_alone_is_still_shown_and_no_traceback_is_none():
     only = "RuntimeError: Engine core initialization failed. See root cause above.\n"
     assert root_cause(only) == only.strip()
