@@ -14,7 +14,7 @@ import time
 
 from compat.confirm.compare import invariant_calls
 from compat.confirm.reference import KINDS, hidden_size_of, num_layers
-from compat.confirm.tolerance import RTOL
+from compat.confirm.tolerance import FLOAT32_CUDA, HALF, RTOL, SAME_ENGINE
 from compat.report import ENVIRONMENT
 
 DESCRIPTION = ("Run the installed generator on real vLLM and compare every captured layer with Hugging Face "
@@ -62,9 +62,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="the generator's (and vllm-extract's) dtype; the HF reference is always float32 "
                         "(default: %(default)s)")
     parser.add_argument("--rtol", type=float, default=None,
-                        help="per-layer tolerance: max|diff| / mean|h_ref| (default: chosen from --dtype and the "
-                        f"device the engine runs on: float32 on CPU {RTOL:g}, float32 on CUDA (TF32 attention) 2e-2, "
-                        "bfloat16 2e-1; the report's 'precision' says which and why)")
+                        help="per-layer tolerance: max|diff| / mean|h_ref| (default: chosen from --reference, --dtype "
+                        f"and the device the engine runs on: against hf float32 on CPU {RTOL:g}, float32 on CUDA "
+                        f"(TF32 attention) {FLOAT32_CUDA.rtol:g}, bfloat16 {HALF['bfloat16'].rtol:g}; against "
+                        f"vllm-extract (the same engine and dtype) float32 {SAME_ENGINE['float32'].rtol:g}, bfloat16 "
+                        f"{SAME_ENGINE['bfloat16'].rtol:g}; the report's 'precision' says which and why; a looser "
+                        "--rtol makes the report weaker for --check)")
     parser.add_argument("--tensor-parallel-size", type=int, default=1, metavar="N",
                         help="tensor-parallel size of the generator and of vllm-extract (default: 1)")
     parser.add_argument("--pipeline-parallel-size", type=int, default=1, metavar="N",
