@@ -312,7 +312,7 @@ def error_lines(text: str) -> str:
 
 #: The last line of a Python traceback: ``SomeError: message`` (maybe behind vLLM's ``(Worker pid=1)`` prefix).
 _RAISED = re.compile(r"^(?P<who>\([^)]*\)\s*)?(?P<type>[A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Died))"
-                     r": (?P<message>.+)$")
+                     r":(?: (?P<message>.*))?$")
 #: What vLLM raises *because* another process failed: never the root cause when something came before it.
 CONSEQUENCES = ("See root cause above", "Engine core initialization failed", "EngineDeadError",
                 "WorkerProc initialization failed", "worker died", "Worker failed")
@@ -325,11 +325,15 @@ def root_cause(text: str) -> str | None:
     above".  The first traceback's final line that is not such a consequence is what went wrong (a worker that
     could not reserve its memory, a kernel that refused an argument).  None when no traceback ended in the text.
     """
-    raised = []
-    for line in text.splitlines():
+    raised, lines = [], text.splitlines()
+    for at, line in enumerate(lines):
         found = _RAISED.match(line.strip())
         if found:
-            raised.append(line.strip())
+            said = line.strip()
+            if not found.group("message"):  # a multi-line message starts on the next line
+                more = [l.strip() for l in lines[at + 1: at + 4] if l.strip() and not l.startswith("Traceback")]
+                said = " ".join([said.rstrip(":") + ":", *more])
+            raised.append(said)
     for line in raised:
         if not any(word in line for word in CONSEQUENCES):
             return line[:2000]

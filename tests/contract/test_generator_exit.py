@@ -29,17 +29,18 @@ BANNER = "Exception ignored in: <function VllmHiddenStatesGenerator.__del__"
 SCRIPT = """
 import importlib.util, sys
 from speculators.data_generation import vllm_hidden_states_generator as installed
-spec = importlib.util.spec_from_file_location("speculators.data_generation.without_quiet_del", sys.argv[2])
-without = importlib.util.module_from_spec(spec)
-sys.modules[spec.name] = without
-spec.loader.exec_module(without)
-gen = installed.VllmHiddenStatesGenerator(sys.argv[1], layer_ids=[0, 1], max_model_len=512, tensor_parallel_size=1)
-out = gen.generate([[5, 6, 7, 8, 9]])
-twin = object.__new__(without.VllmHiddenStatesGenerator)
-twin.executor = gen.executor
-print("generated", len(out), flush=True)
+if __name__ == "__main__":  # vLLM spawns its worker on CPU: it imports this file as __mp_main__
+    spec = importlib.util.spec_from_file_location("speculators.data_generation.without_quiet_del", sys.argv[2])
+    without = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = without
+    spec.loader.exec_module(without)
+    gen = installed.VllmHiddenStatesGenerator(sys.argv[1], layer_ids=[0, 1], max_model_len=512,
+                                              tensor_parallel_size=1)
+    out = gen.generate([[5, 6, 7, 8, 9]])
+    twin = object.__new__(without.VllmHiddenStatesGenerator)
+    twin.executor = gen.executor
+    print("generated", len(out), flush=True)
 """
-
 
 def _without_p37(installed: str) -> str:
     """The installed generator's text with p37's edit undone (every other patch kept)."""

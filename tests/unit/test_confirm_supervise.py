@@ -44,6 +44,15 @@ def test_of_two_errors_the_first_is_the_root_cause():
     assert root_cause(text).endswith(WORKER_ERROR)
 
 
+def test_a_message_on_the_next_lines_is_kept():
+    """multiprocessing's bootstrapping error (seen with a script that spawned vLLM's worker without a main guard)."""
+    text = ("RuntimeError: \n        An attempt has been made to start a new process before the\n"
+            "        current process has finished its bootstrapping phase.\n\n"
+            "Exception: WorkerProc initialization failed due to an exception in a background process.\n")
+    assert root_cause(text) == ("RuntimeError: An attempt has been made to start a new process before the "
+                                "current process has finished its bootstrapping phase.")
+
+
 def test_a_consequence_alone_is_still_shown_and_no_traceback_is_none():
     only = "RuntimeError: Engine core initialization failed. See root cause above.\n"
     assert root_cause(only) == only.strip()
