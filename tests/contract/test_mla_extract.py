@@ -34,6 +34,7 @@ from pathlib import Path
 
 import pytest
 
+from compat.confirm import choose
 from tests.contract.conftest import CACHE, ROOT, compat
 
 pytestmark = pytest.mark.mla
@@ -169,7 +170,8 @@ def test_confirm_vllm_extract_is_ok_and_tied_to_the_surface(kind, extract_confir
               + f"; reference {doc['timings']['reference_s']} s, total {doc['timings']['total_s']} s")
     assert doc["verdict"] == "OK" and doc["reference"] == "vllm-extract", doc.get("error")
     assert "equal vLLM extract_hidden_states aux id k+1" in run["output"]
-    assert doc["layers"] == list(LAYERS) and doc["rtol"] == TIGHT and doc["dtype"] == "float32"
+    assert doc["layers"] == list(LAYERS) and doc["rtol"] == choose("float32", "cpu", reference="vllm-extract").rtol
+    assert doc["dtype"] == "float32"
     ref = doc["reference_run"]
     assert ref["cpu_shim"] and ref["connector"] == "CpuHiddenStatesConnector" and ref["aux_ids"] == AUX_IDS
     assert [c["n"] for c in doc["calls"]] == CALLS + [33, 1]
