@@ -65,10 +65,10 @@ def kv_cache_gib(model_path: str, dtype: str, max_model_len: int, max_seqs: int)
 
 
 def size_host_memory(model_path: str, dtype: str, max_model_len: int, max_seqs: int,
-                     gpu_memory_utilization: float | None, environ=os.environ) -> dict | None:
-    """On a CPU build, set ``VLLM_CPU_KVCACHE_SPACE`` for this run unless the user chose the memory; what was done
-    (for the report), or None on a GPU build."""
-    if not cpu_build():
+                     gpu_memory_utilization: float | None, environ=os.environ, cpu: bool | None = None) -> dict | None:
+    """On a CPU build (``cpu``; None: the installed vLLM's), set ``VLLM_CPU_KVCACHE_SPACE`` for this run unless the
+    user chose the memory; what was done (for the report), or None on a GPU build."""
+    if not (cpu_build() if cpu is None else cpu):
         return None
     if environ.get(ENV):
         return {ENV: environ[ENV], "source": "the environment"}

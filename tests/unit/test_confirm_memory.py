@@ -74,7 +74,19 @@ def test_the_users_choice_is_kept(cpu_build):
 
 def test_a_gpu_build_is_left_alone(tmp_path):
     env = {}
-    assert size_host_memory(str(tmp_path), "float32", 512, 33, None, environ=env) is None and env == {}
+    assert size_host_memory(str(tmp_path), "float32", 512, 33, None, environ=env, cpu=False) is None and env == {}
+
+
+def test_no_vllm_is_no_cpu_build(tmp_path):
+    """The unit lane has no vLLM at all: nothing to size."""
+    from compat.confirm.memory import cpu_build
+
+    try:
+        import vllm  # noqa: F401
+    except ImportError:
+        assert cpu_build() is False
+    else:
+        pytest.skip("vLLM is installed here")
 
 
 def test_the_help_no_longer_says_no_effect_on_cpu():
