@@ -16,7 +16,7 @@ rounds interleaved (generator, extract, hf, generator, extract, hf, ...):
   ``generate(prompts)`` call, the per-prompt tensors in memory at the end.
 * ``extract``: vLLM's own EAGLE-3 ``extract_hidden_states`` path
   (``speculative_config={"method": "extract_hidden_states"}`` plus the hidden
-  states connector, on a CPU build compat.confirm_extract's synchronous-copy
+  states connector, on a CPU build compat.confirm.extract's synchronous-copy
   ``CpuHiddenStatesConnector``), one ``LLM`` kept alive for the whole run in a
   child process (this script, ``--extract-child``); a round is one
   ``llm.generate(prompts, max_tokens=1)`` plus waiting for every safetensors file
@@ -149,7 +149,7 @@ def rel_diffs(states, reference) -> list[float]:
 def extract_child(spec_path: str, fd_in: int, fd_out: int) -> int:
     import fcntl
 
-    from compat.confirm_extract import CONNECTOR, CPU_CONNECTOR, aux_ids
+    from compat.confirm.extract import CONNECTOR, CPU_CONNECTOR, aux_ids
 
     spec = json.loads(Path(spec_path).read_text())
     commands = os.fdopen(fd_in, "r")
@@ -167,7 +167,7 @@ def extract_child(spec_path: str, fd_in: int, fd_out: int) -> int:
     transfer = {"kv_connector": CPU_CONNECTOR if cpu else CONNECTOR, "kv_role": "kv_producer",
                 "kv_connector_extra_config": {"shared_storage_path": str(states_dir)}}
     if cpu:
-        transfer["kv_connector_module_path"] = "compat.confirm_extract"
+        transfer["kv_connector_module_path"] = "compat.confirm.extract"
     ids = aux_ids(spec["layers"])
     llm = LLM(model=spec["model"], dtype="float32", max_model_len=spec["max_model_len"],
               enable_prefix_caching=False, enforce_eager=True, max_num_seqs=spec["max_num_seqs"],
@@ -269,7 +269,7 @@ class GeneratorPath:
         return {"seconds": seconds, "get_states_s": self.rpc_s.get("_get_captured_states", 0.0)}, first
 
     def close(self):
-        from compat.confirm import bounded_shutdown
+        from compat.confirm.supervise import bounded_shutdown
 
         executor = getattr(self.gen, "executor", None)
         if executor is not None:
@@ -456,7 +456,7 @@ def main(argv=None) -> int:
     import shutil
     import tempfile
 
-    from compat.confirm import EngineLog, kill_engine_processes
+    from compat.confirm.supervise import EngineLog, kill_engine_processes
     from compat.layout import cache_root
 
     started = time.monotonic()

@@ -16,6 +16,8 @@ from . import exit_policy
 
 COMMANDS = ("apply", "plan", "surface", "catalogue", "confirm")
 USAGE_ERROR = 2  # argparse's own exit status for a bad command line
+#: A command that is a package keeps its command line in a module of its own.
+COMMAND_MODULES = {"confirm": "compat.confirm.cli"}
 
 
 def _describe(module) -> str:
@@ -34,7 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", title="commands")
     for name in COMMANDS:
-        module = importlib.import_module(f"compat.{name}")
+        module = importlib.import_module(COMMAND_MODULES.get(name, f"compat.{name}"))
         description = _describe(module)
         sub = commands.add_parser(name, help=description, description=description)
         module.add_arguments(sub)

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 
+from compat.confirm.supervise import root_cause
 from compat.layout import cache_root
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -59,7 +60,7 @@ def harness(out: Path, model: str, *args: str) -> dict:
     proc = subprocess.run([sys.executable, "-m", "tests.contract.harness", "--model", model, "--out", str(out), *args],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=1200)
     if proc.returncode != 0 or not out.exists():
-        raise AssertionError(f"harness failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}")
+        raise AssertionError(f"harness failed ({proc.returncode}); root cause: {root_cause(proc.stdout + proc.stderr)}\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}")
     return json.loads(out.read_text())
 
 
@@ -83,8 +84,8 @@ def engine_device(cell_report) -> str:
 
 @pytest.fixture(scope="session")
 def device_rtol(engine_device) -> float:
-    """The float32 per-layer bound on this device (compat.confirm_precision): CPU 1e-3, CUDA (TF32 attention) 2e-2."""
-    from compat.confirm_precision import choose
+    """The float32 per-layer bound on this device (compat.confirm.tolerance): CPU 1e-3, CUDA (TF32 attention) 2e-2."""
+    from compat.confirm import choose
 
     return choose("float32", engine_device).rtol
 

@@ -53,18 +53,25 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-from compat.confirm import GEN_MOD, RTOL, TOLERANCE_RULE, error_report, hf_reference, make_calls, num_layers  # noqa: E402
-from compat.confirm import run_generator as _confirm_run  # noqa: E402
+from compat.confirm import GEN_MOD, RTOL, TOLERANCE_RULE, RunSpec, hf_reference, make_calls, num_layers  # noqa: E402
+from compat.confirm import run as run_confirm  # noqa: E402
+from compat.confirm.supervise import error_report  # noqa: E402
+
+
+def _confirm_run(gen_module, model, calls, reference, layers, max_batched=None, rtol=RTOL, **options):
+    """compat.confirm.run on ``gen_module`` (mla_harness wraps this name)."""
+    return run_confirm(RunSpec(model=model, calls=calls, layers=layers, reference=reference, generator=gen_module,
+                               max_batched_tokens=max_batched, rtol=rtol, **options))
 
 LOG = None  # vLLM's log for this harness run (beside --out)
 
 
 def use_device_bound() -> None:
-    """The float32 bound of the device vLLM's platform resolves here (compat.confirm_precision): 1e-3 on CPU, 2e-2
+    """The float32 bound of the device vLLM's platform resolves here (compat.confirm.tolerance): 1e-3 on CPU, 2e-2
     on CUDA, whose float32 attention runs in TF32.  A caller's own RTOL (mla_harness --rtol) is kept."""
     global RTOL, TOLERANCE_RULE
     from compat.confirm import RTOL as DEFAULT
-    from compat.confirm_precision import choose
+    from compat.confirm import choose
     from vllm.platforms import current_platform  # NVML on CUDA: CUDA itself stays uninitialised in this process
 
     global DEVICE_TYPE
@@ -646,7 +653,7 @@ def _load_variant(tag: str, source: bytes):
 
 def _drive(gen, cls, calls, reference, layers, recorder) -> dict:
     """Run ``calls`` on the live engine with ``cls``'s methods; compare each with HF (as compat.confirm does)."""
-    from compat.confirm import compare, error_report
+    from compat.confirm.compare import compare
 
     out = {"ok": False, "stage": "generate", "calls": [], "error": None}
     home = gen.__class__
@@ -695,7 +702,7 @@ def shared_proofs(gen, variants, calls, reference, layers) -> tuple[dict, list]:
     match HF: the engine is healthy and the patch is what fixes it.  When that full-set run fails, this
     variant and every later one get their own engine.
     """
-    from compat.confirm import StepRecorder
+    from compat.confirm.drive import StepRecorder
 
     runs, rest = {}, []
     recorder = StepRecorder(gen.scheduler)
@@ -708,7 +715,7 @@ def shared_proofs(gen, variants, calls, reference, layers) -> tuple[dict, list]:
         run = _drive(gen, _load_variant(pid, variants[pid]).VllmHiddenStatesGenerator, calls, reference, layers,
                      recorder)
         if run["error"] is not None and LOG:
-            from compat.confirm import error_lines
+            from compat.confirm.supervise import error_lines
 
             with open(LOG, "rb") as handle:
                 handle.seek(offset)
@@ -830,8 +837,6 @@ def start_child(fn, *args):
     imported, makes torch resolvable in transformers' module for good), without paying vLLM's import again.
     The child's workers are forked from the child (``run_generator``) or spawned by vLLM.
     """
-    from compat.confirm import error_report
-
     assert not any(n == "speculators" or n.startswith("speculators.") for n in sys.modules), "parent imported it"
     read, write = os.pipe()
     for stream in (sys.stdout, sys.stderr):
@@ -970,7 +975,7 @@ def _forked(target, out_dir, name):
 
             traceback.print_exc()
         finally:
-            from compat.confirm import exit_now
+            from compat.confirm.supervise import exit_now
 
             exit_now(code if isinstance(code, int) else 1)
     return pid, out_path
@@ -1018,7 +1023,7 @@ def _confirm_main(argv, tee=None, imported=None):
     ``tee``: also save what vLLM's extract_hidden_states reference returned (refs and meta) there.
     ``imported``: a file written once the run has read every speculators file it uses: the generator and the
     worker extension its forked workers inherit are imported first, and compat confirm ties its report to the
-    files on disk right after its own import of the generator (``_tie_to_files``), which writes the file.
+    files on disk right after its own import of the generator (its ``on_imported`` hook), which writes the file.
     """
     import importlib
     import importlib.util
@@ -1028,28 +1033,14 @@ def _confirm_main(argv, tee=None, imported=None):
     with_workers(_fresh_generator(), "fork")
     if importlib.util.find_spec(WORKER_EXTENSION) is not None:
         importlib.import_module(WORKER_EXTENSION)
+    hooks = {}
     if imported is not None:
-        tie = confirm._tie_to_files
-
-        def tie_then_mark(doc):
-            tie(doc)
-            Path(imported).write_text("read\n")
-
-        confirm._tie_to_files = tie_then_mark
+        hooks["on_imported"] = lambda doc: Path(imported).write_text("read\n")
     if tee is not None:
         import torch
 
-        from compat import confirm_extract
-
-        original = confirm_extract.run_reference
-
-        def run_reference(*args, **kwargs):
-            refs, meta = original(*args, **kwargs)
-            torch.save({"refs": refs, "meta": meta}, tee)
-            return refs, meta
-
-        confirm_extract.run_reference = run_reference
-    return confirm.main(argv)
+        hooks["on_reference"] = lambda ref, meta: torch.save({"refs": ref.refs, "meta": meta}, tee)
+    return confirm.main(argv, **hooks)
 
 
 def start_confirm(model, out_dir) -> dict:
@@ -1059,7 +1050,7 @@ def start_confirm(model, out_dir) -> dict:
     (vLLM >= 0.17), whose reference child starts two spawned vLLM processes of its own."""
     import subprocess
 
-    from compat.confirm_extract import missing_reason
+    from compat.confirm.extract import missing_reason
 
     out_dir.mkdir(parents=True, exist_ok=True)
     started = {}
@@ -1198,13 +1189,11 @@ def _busy_run(model, out_dir, reference, layers, max_batched) -> dict:
     mark, doc_path, log = out_dir / "busy.killed.json", str(out_dir / "busy.json"), str(out_dir / "busy.vllm.log")
 
     def target():
-        import argparse
-
         import psutil
 
         from compat import confirm
+        from compat.confirm.report import Report
 
-        confirm.DEATH_GRACE_S = 2.0  # vLLM's own error cannot come here (nothing waits on it): the watch steps in
         module = _fresh_generator()
         with_workers(module, "fork")
 
@@ -1214,10 +1203,11 @@ def _busy_run(model, out_dir, reference, layers, max_batched) -> dict:
             psutil.Process(victim.pid).kill()
             time.sleep(600)  # busy elsewhere: without the watch, the run waits all of it
 
-        report = confirm.Report(argparse.Namespace(json=False, json_file=doc_path), layers)
-        out = confirm.run_generator(module, model, make_calls((1,)), reference, layers, max_batched, after=after,
-                                    log_path=log, on_death=lambda doc: confirm.abort_run(report, doc),
-                                    engine=gpu_share_engine())
+        # death_grace_s: vLLM's own error cannot come here (nothing waits on it): the watch steps in
+        out = confirm.run(confirm.RunSpec(model=model, calls=make_calls((1,)), layers=layers, reference=reference,
+                                          generator=module, max_batched_tokens=max_batched, after=after,
+                                          log_path=log, death_grace_s=2.0, engine=gpu_share_engine(),
+                                          report=Report(json=False, json_file=doc_path)))
         print("RETURNED", json.dumps(out.get("error"), default=str))
         return 3
 
@@ -1229,22 +1219,6 @@ def _busy_run(model, out_dir, reference, layers, max_batched) -> dict:
         _wait(pid, 30)
     return {"returncode": code, "ended": ended, "output": out.read_text(errors="replace"), "mark": str(mark),
             "json_file": doc_path, "log": log, "hung": code is None}
-
-
-def _release_zmq_by_type() -> int:
-    """compat.confirm.release_zmq, matching on ``type(obj)`` instead of ``isinstance`` (see ``cell``)."""
-    import gc
-
-    try:
-        import zmq
-    except ImportError:
-        return 0
-    closed = 0
-    for obj in gc.get_objects():
-        if issubclass(type(obj), zmq.Context) and not obj.closed:
-            obj.destroy(linger=0)
-            closed += 1
-    return closed
 
 
 def _forked_after_cuda_touch(run) -> str | None:
@@ -1286,7 +1260,6 @@ def cell(model, parts, together, max_batched) -> dict:
     import hashlib
     import tempfile
 
-    from compat.confirm import error_report
     from compat.layout import GENERATOR
     from compat.patcher import open_target
 
@@ -1316,16 +1289,7 @@ def cell(model, parts, together, max_batched) -> dict:
         clock[0] = now
 
     def generator_run(part, overlay=None, after=None, dtype="float32", workers="fork", vllm_binding=False):
-        """In the child: the generator imported from the files on disk, or from a variant's copy (``overlay``).
-
-        compat.confirm's zmq sweep after shutdown (``release_zmq``) destroys every zmq context left open, with
-        ``isinstance`` on every object of the process: that asks each lazy module proxy (openai's) for its
-        ``__class__``, which imports its module, ~1.5 s per run here.  These runs sweep with ``type()``, which
-        finds the same contexts (a proxy is never one) without importing anything; the command line and
-        compat confirm's other runs (``confirm_forked_runs``) keep confirm's own sweep."""
-        from compat import confirm
-
-        confirm.release_zmq = _release_zmq_by_type
+        """In the child: the generator imported from the files on disk, or from a variant's copy (``overlay``)."""
         if vllm_binding:  # bind as vLLM does by default ("auto"): only in this child, before vLLM reads them
             for name in BINDING_VARS:
                 os.environ.pop(name, None)

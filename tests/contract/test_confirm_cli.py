@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 from compat.confirm import TOLERANCE_RULE, num_layers
-from compat.confirm_precision import choose
+from compat.confirm import choose
 
 
 def test_confirm_shows_only_its_own_lines_and_keeps_vllm_log(confirm_report, tiny_model, engine_device):

@@ -84,7 +84,7 @@ def test_tolerance_rejects_a_bf16_model_at_every_layer(tiny_model, device_rtol):
     """The rule itself, on HF alone: the same model in bfloat16 fails at every layer and call size."""
     import torch
 
-    from compat.confirm import compare
+    from compat.confirm.compare import compare
 
     calls = make_calls((1, 4))
     layers = list(range(num_layers(tiny_model)))

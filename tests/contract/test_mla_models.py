@@ -33,6 +33,8 @@ from pathlib import Path
 
 import pytest
 
+from compat.confirm.supervise import root_cause
+
 from tests.contract.conftest import CACHE, ROOT, compat
 
 pytestmark = pytest.mark.mla
@@ -49,7 +51,7 @@ def _run(args, timeout=1500):
     env = {**os.environ, "PYTHONPATH": str(ROOT), "VLLM_ALLOW_INSECURE_SERIALIZATION": "1"}
     proc = subprocess.run([sys.executable, *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
     if proc.returncode != 0:
-        raise AssertionError(f"{' '.join(args[:3])} failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}")
+        raise AssertionError(f"{' '.join(args[:3])} failed ({proc.returncode}); root cause: {root_cause(proc.stdout + proc.stderr)}\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}")
     return proc
 
 

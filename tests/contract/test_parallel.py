@@ -5,7 +5,7 @@ here: rank 0 on core 0, rank 1 on core 1) and uses gloo for the collectives.
 
 * TP=2: the generator's own ``tensor_parallel_size=2``, so ``collective_rpc`` really talks to
   two workers (``unique_reply_rank=0`` picks rank 0's captures; rank 1 captures nothing).
-  Checked against Hugging Face float32 at the device's float32 bound (compat.confirm_precision: 1e-3 on CPU,
+  Checked against Hugging Face float32 at the device's float32 bound (compat.confirm.tolerance: 1e-3 on CPU,
   2e-2 on CUDA, whose float32 attention runs in TF32), on the tiny Llama, the
   tiny DeepSeek-V3 (MLA + MoE, test_mla_models.py) and the tiny Kimi-K2.5 (its wrapper).
 * PP=2: speculators exposes no pipeline_parallel_size; mla_harness builds the generator's
@@ -36,6 +36,8 @@ from pathlib import Path
 
 import pytest
 
+from compat.confirm.supervise import root_cause
+
 from tests.contract.conftest import CACHE, ROOT, compat
 
 pytestmark = pytest.mark.parallel
@@ -52,7 +54,7 @@ def mla_harness(out: Path, model: str, *args: str) -> dict:
     proc = subprocess.run([sys.executable, "-m", "tests.contract.mla_harness", "--model", model, "--out", str(out),
                            *args], check=False, cwd=ROOT, env=env, capture_output=True, text=True, timeout=1500)
     if proc.returncode != 0 or not out.exists():
-        raise AssertionError(f"harness failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}")
+        raise AssertionError(f"harness failed ({proc.returncode}); root cause: {root_cause(proc.stdout + proc.stderr)}\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}")
     return json.loads(out.read_text())
 
 

@@ -93,6 +93,7 @@ def unobservable(engine_device: str) -> dict:
 # observed by their own contract test (the live worker's threads and cores), named here.
 PROVEN_ELSEWHERE = {
     "platform.cpu_workers_bind_every_core": "tests/contract/test_thread_binding.py",
+    "speculators.generator.quiet_del_at_exit": "tests/contract/test_generator_exit.py",  # shows at interpreter exit
 }
 
 

