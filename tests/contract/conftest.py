@@ -1,15 +1,13 @@
 """Contract fixtures: a tiny model built in-lane and one harness report per cell, read by every test.
 
-One harness process (``--mode cell``) imports vLLM, torch and transformers once
-and runs every generator run of the cell in a child forked from it (speculators
-imported fresh each time), its vLLM worker forked from that child: an engine
-start costs ~2 s instead of ~10 s of spawned imports on two cores.  The runs
-whose claim is about spawning (the patches that cannot show on this CPU, left
-out together; the thread-binding proof) and the real ``compat confirm`` command
-line keep vLLM's spawned workers.  Each proof imports the variant the kit wrote
-from a copy beside the install, so the runs go side by side.  The harness writes
-the pristine, reverted, patched, bf16, proof and confirm reports; the tests only
-read them, and parts no selected test asks for are not run.
+One harness process (``--mode cell``, tests/contract/harness.py) imports vLLM, torch and transformers once and
+executes the cell's declared runs: each generator run in a child forked from it (speculators imported fresh
+each time), its vLLM worker forked from that child, an engine start of ~2 s instead of ~10 s of spawned imports.
+The runs whose claim is about spawning (the patches that cannot show on this CPU, left out together; the
+thread-binding proof) and the real ``compat confirm`` command line keep vLLM's spawned workers.  Each proof
+imports the variant the kit wrote from a copy beside the install, so the runs go side by side; each run has its
+own output, vLLM log, result and raw captures.  The tests only read the report and those files, and parts no
+selected test asks for are not run.
 """
 
 from __future__ import annotations
@@ -162,7 +160,7 @@ def proofs_report(cell_report):
 
 @pytest.fixture(scope="session")
 def confirm_report(cell_report):
-    """compat confirm's runs on the patched lane (harness.start_confirm, confirm_forked_runs, finish_confirm): the command line, --reference none,
+    """compat confirm's runs on the patched lane (tests/contract/confirm_runs.py): the command line, --reference none,
     vllm-extract (vLLM >= 0.17), --pipeline-parallel-size 2, a killed worker, a killed worker while busy."""
     return cell_report["confirm"]
 

@@ -3,13 +3,13 @@
     python -m tests.contract.mla_harness [--rtol R] [--tp N] [--pp N] HARNESS-ARGS...
 
 Everything else (modes, reports, leave-one-out proofs) is tests.contract.harness itself;
-this module only rebinds three of its names before calling its main():
+this module only hands its main() three hooks (tests/contract/settings.py):
 
 * the reference: ``fixtures.tiny_mla.hf_reference`` (loads the Kimi-K2.5 wrapper as well as
   DeepSeek-V3; ``compat.confirm.hf_reference`` only knows causal LMs), or with
   ``--vllm-ref FILE`` vLLM's own forward of the same prompts (``python -m fixtures.tiny_mla
   vllm-ref``: plain vLLM engine, no speculators, hooks on the decoder layers);
-* the tolerance: ``--rtol`` replaces compare()'s RTOL for this process only (the MLA tests
+* the tolerance: ``--rtol`` replaces the device's bound for this harness run (the MLA tests
   pass the kit's 1e-3: vLLM's own forward is within 4.4e-6 of HF on the YaRN models, measured
   and justified in tests/contract/test_mla_models.py);
 * the generator class handed to the run: ``--tp`` passes ``tensor_parallel_size`` (the
@@ -36,6 +36,7 @@ import inspect
 import json
 import sys
 import types
+from pathlib import Path
 
 from tests.contract import harness
 
@@ -64,7 +65,8 @@ def stage_facts(worker) -> dict:
             "receive_buffer": getattr(worker.model_runner, "intermediate_tensors", None) is not None}
 
 
-#: stage_facts of every rank, one list per engine this process started at PP > 1 (written into the report)
+#: stage_facts of every rank, one list per engine this process started at PP > 1 (each run's result carries its
+#: process's list; main() gathers them into the report)
 STAGES: list = []
 
 
@@ -129,35 +131,26 @@ def main(argv=None) -> int:
     from fixtures import tiny_mla
 
     if ours.vllm_ref:
-        harness.hf_reference = lambda model, prompts, layers, *a, **k: vllm_reference(ours.vllm_ref, model, layers)
+        def reference(model, prompts, layers):
+            return vllm_reference(ours.vllm_ref, model, layers)
     else:
-        harness.hf_reference = lambda model, prompts, layers, *a, **k: tiny_mla.hf_reference(model, prompts, layers)
-    run = harness._confirm_run  # noqa: SLF001
-    takes_rtol = "rtol" in inspect.signature(run).parameters
-    if ours.rtol is not None:
-        harness.RTOL = ours.rtol  # the report's "rtol"
-        if not takes_rtol:  # an older compat.confirm: compare() reads its module's RTOL
-            from compat import confirm
+        def reference(model, prompts, layers):
+            return tiny_mla.hf_reference(model, prompts, layers)
+    chosen = None if ours.async_scheduling is None else ours.async_scheduling == "on"
 
-            confirm.compare.__globals__["RTOL"] = ours.rtol
-
-    def our_run(gen_module, *args, **kwargs):
-        chosen = None if ours.async_scheduling is None else ours.async_scheduling == "on"
+    def wrap(gen_module):
         if ours.tp > 1 or ours.pp > 1 or chosen is not None:
-            gen_module = parallel_module(gen_module, ours.tp, ours.pp, ours.pp_buffers, chosen)
-        if ours.rtol is not None and takes_rtol:
-            kwargs["rtol"] = ours.rtol
-        return run(gen_module, *args, **kwargs)
+            return parallel_module(gen_module, ours.tp, ours.pp, ours.pp_buffers, chosen)
+        return gen_module
 
-    harness._confirm_run = our_run  # noqa: SLF001
-    code = harness.main(rest)
-    if ours.pp > 1:
-        out = rest[rest.index("--out") + 1]
-        with open(out) as handle:
-            doc = json.load(handle)
-        doc["pp_stages"] = STAGES
-        with open(out, "w") as handle:
-            json.dump(doc, handle, indent=2, default=str)
+    code = harness.main(rest, rtol=ours.rtol, reference=reference, wrap=wrap,
+                        facts=lambda: {"pp_stages": list(STAGES)} if ours.pp > 1 else {})
+    if ours.pp > 1:  # each run's stages, in the order of the runs (one run, or the proofs')
+        out = Path(rest[rest.index("--out") + 1])
+        doc = json.loads(out.read_text())
+        runs = [doc["run"]] if "run" in doc else list(doc.get("proofs", {}).get("runs", {}).values())
+        doc["pp_stages"] = [stages for run in runs for stages in run.pop("pp_stages", [])]
+        out.write_text(json.dumps(doc, indent=2, default=str))
     return code
 
 

@@ -18,7 +18,7 @@ from compat.confirm import choose
 
 
 def test_confirm_shows_only_its_own_lines_and_keeps_vllm_log(confirm_report, tiny_model, engine_device):
-    """The cell's one real ``python -m compat.confirm --log L --json-file J --calls 1,11`` (harness.start_confirm, confirm_forked_runs, finish_confirm)."""
+    """The cell's one real ``python -m compat.confirm --log L --json-file J --calls 1,11`` (confirm_runs.start, forked_runs, finish)."""
     run = confirm_report["cli"]
     log, doc_path = Path(run["log"]), Path(run["json_file"])
     shown = (run["stderr"] + run["stdout"]).splitlines()
@@ -53,7 +53,7 @@ def test_confirm_rejects_a_path_that_is_no_checkpoint(tmp_path):
 
 def test_the_installed_files_held_the_full_set_while_confirm_ran(cell_report, confirm_report):
     """compat confirm's command line and its vllm-extract run read the installed files: until both had read every
-    file they use (``harness.wait_until_confirm_read_its_files``) the files were the ones, bytes and mtimes,
+    file they use (``confirm_runs.wait_until_read``) the files were the ones, bytes and mtimes,
     that the kit wrote before those two started; the cell's proofs import their variants from copies after."""
     held = cell_report["full_set"]
     assert held["when_confirm_started"] and held["when_it_had_read_them"] == held["when_confirm_started"], held

@@ -5,7 +5,7 @@ vLLM's own source facts (aux id j = output of decoder layer j - 1; the
 method exists from vLLM 0.17) and from the kit's other commands
 (``compat apply --json``'s surface fingerprint), never from confirm itself.
 
-The runs are the cell's (``harness.start_confirm`` and ``confirm_forked_runs``, one harness process per
+The runs are the cell's (``confirm_runs.start`` and ``confirm_runs.forked_runs``, one harness process per
 cell): ``--reference none``, ``--reference vllm-extract`` with a prompts file
 (what vLLM's extract_hidden_states returned to it is saved as it ran, so the
 reference itself is held against HF without a second engine) and

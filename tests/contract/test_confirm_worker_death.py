@@ -5,7 +5,7 @@ queue until it was killed (docs/gpu/records_b.json: 150 s and 200 s, no
 report).  Here a real worker of the real MultiprocExecutor is killed with
 SIGKILL right after the engine started; confirm must name it, exit 1, write
 the JSON report with verdict ERROR, keep vLLM's log and leave no worker behind.
-Both runs are the cell harness's (``harness._death_run``, ``harness._busy_run``):
+Both runs are the cell harness's (``confirm_runs._death_run``, ``confirm_runs._busy_run``):
 compat confirm in a child forked from the harness, its worker forked from that
 child (a real MultiprocExecutor worker behind vLLM's message queues).
 """
@@ -23,7 +23,7 @@ EXIT_WITHIN_S = 30
 
 
 def test_confirm_exits_fast_with_a_verdict_when_a_worker_is_killed(confirm_report):
-    """harness._death_run: compat confirm (--calls 33,11) in a child of the cell's harness; the harness kills its
+    """confirm_runs._death_run: compat confirm (--calls 33,11) in a child of the cell's harness; the harness kills its
     worker with SIGKILL as soon as it printed "engine started", inside the first call."""
     run = confirm_report["death"]
     assert "error" not in run, f"{run['error']}:\n{run['output'][-3000:]}"
@@ -44,7 +44,7 @@ def test_confirm_exits_fast_with_a_verdict_when_a_worker_is_killed(confirm_repor
 
 
 def test_the_watch_ends_a_run_whose_main_thread_is_not_waiting_on_vllm(confirm_report):
-    """harness._busy_run: the worker is killed from ``after``, which then sleeps 600 s (DEATH_GRACE_S = 2)."""
+    """confirm_runs._busy_run: the worker is killed from ``after``, which then sleeps 600 s (DEATH_GRACE_S = 2)."""
     run = confirm_report["busy"]
     out, mark, doc_path, log = run["output"], Path(run["mark"]), Path(run["json_file"]), Path(run["log"])
     assert not run["hung"], "the run did not end after its worker was killed (hang)"

@@ -11,6 +11,7 @@ from __future__ import annotations
 import pytest
 
 from compat.registry import load_patches
+from tests.contract.comparator import judge
 from tests.contract.conftest import compat
 
 pytestmark = pytest.mark.proof  # the slow half: one engine start per needed patch
@@ -113,11 +114,13 @@ def _needed(surface):
     return [d for d in select(surface) if d.verdict == "needed"]
 
 
-def _assert_symptom(patch, run):
+def _assert_symptom(patch, run, model, device):
     if patch.symptoms[0].startswith(SILENT):
         assert run["error"] is None, f"expected silently wrong output, got an error: {run['error']}"
         problems = [p for c in run["calls"] for p in c["problems"]]
         assert problems, f"without {patch.id} the hidden states still matched HF"
+        wrong = [v.problems[:3] for v in judge(run["captures"], model, device) if not v.ok]  # tests/contract/comparator.py
+        assert wrong, f"without {patch.id} the independent comparator finds every captured call right"
     else:
         assert run["error"] is not None, f"without {patch.id} the generator ran: {run['calls']}"
         text = run["error"]["message"] + run["error"]["traceback"] + run.get("worker_log", "")
@@ -141,7 +144,7 @@ def _together_run(runs):
                  (run.get("left_out") and run["left_out"][0] in UNOBSERVABLE_ON_CPU)), None)
 
 
-def test_every_needed_patch_is_proven(surface, proofs_report, engine_device):
+def test_every_needed_patch_is_proven(surface, proofs_report, engine_device, tiny_model):
     needed = _needed(surface)
     assert needed, "this lane needs no patch at all?"
     runs = proofs_report["runs"]
@@ -157,7 +160,7 @@ def test_every_needed_patch_is_proven(surface, proofs_report, engine_device):
                 failures.append(f"{patch.id}: left out, the run broke: {run.get('error') or run['calls']}")
             continue
         try:
-            _assert_symptom(patch, runs[patch.id])
+            _assert_symptom(patch, runs[patch.id], tiny_model, engine_device)
             if patch.id in MECHANISM:
                 what, seen = MECHANISM[patch.id]
                 assert seen(runs[patch.id]), f"without {patch.id}: not observed that {what}"
@@ -183,7 +186,7 @@ def test_unobservable_patches_are_left_out_and_their_reasons_observed(surface, p
 
 def test_each_proof_imported_the_variant_the_kit_wrote(proofs_report):
     """The proofs run side by side, each importing what the kit wrote with ``--exclude`` from a copy beside the
-    install (``harness.snapshot_variant``): the driver, and every worker of a run that got as far as observing
+    install (``variants.snapshot``): the driver, and every worker of a run that got as far as observing
     them (the spawned ones included), imported speculators from that copy, never the installed full set."""
     seen = {key: run["speculators_from"] for key, run in proofs_report["runs"].items() if run.get("speculators_from")}
     assert any(where["workers"] for where in seen.values()), proofs_report["runs"].keys()
