@@ -169,7 +169,7 @@ def test_confirm_vllm_extract_report_is_tied_to_the_surface(extract_run, tiny_mo
     timings = doc["timings"]
     assert timings["reference_s"] > 0 and timings["engine_start_s"] > 0 and len(timings["calls_s"]) == 4
 
-    assert confirm("--check", "--accept-weaker", str(report)).returncode == 0  # calls 1,3: weaker than the gate
+    assert confirm("--check", str(report), "--accept-weaker").returncode == 0  # calls 1,3: weaker than the gate
     changed = tmp_path / "changed.json"
     changed.write_text(json.dumps({**doc, "confirmed": {**doc["confirmed"], "fingerprint": "0" * 16}}))
     assert confirm("--check", str(changed)).returncode == 1
@@ -177,11 +177,11 @@ def test_confirm_vllm_extract_report_is_tied_to_the_surface(extract_run, tiny_mo
     assert confirm("--check", str(tmp_path / "garbage.json")).returncode == 2
     apply("--revert", "--force")  # a real change of the installed files: the report no longer holds
     try:
-        proc = confirm("--check", "--accept-weaker", str(report))
+        proc = confirm("--check", str(report), "--accept-weaker")
         assert proc.returncode == 1 and "vllm_hidden_states_generator.py: sha256" in proc.stdout, proc.stdout
     finally:
         apply()
-    assert confirm("--check", "--accept-weaker", str(report)).returncode == 0
+    assert confirm("--check", str(report), "--accept-weaker").returncode == 0
 
 
 @pytest.mark.extract

@@ -194,7 +194,7 @@ def test_confirm_vllm_extract_is_ok_and_tied_to_the_surface(kind, extract_confir
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
 
     def check(path) -> int:
-        return subprocess.run([sys.executable, "-m", "compat.confirm", "--check", "--accept-weaker", str(path)], cwd=ROOT, env=env,
+        return subprocess.run([sys.executable, "-m", "compat.confirm", "--check", str(path), "--accept-weaker"], cwd=ROOT, env=env,
                               capture_output=True, text=True, timeout=300).returncode
 
     assert check(run["report"]) == 0
