@@ -42,12 +42,14 @@ def _patch_package():
     return module
 
 
-def load_patches() -> list[Patch]:
-    """Every ``PATCH`` in ``compat.patches``, in module-name order (the apply order)."""
+def load_patches(group: str = "") -> list[Patch]:
+    """Every ``PATCH`` in ``compat.patches`` (or its subpackage ``group``: "serve"), in module-name order."""
     package = _patch_package()
+    if group:
+        package = importlib.import_module(f"{package.__name__}.{group}")
     patches = []
     for info in sorted(pkgutil.iter_modules(package.__path__), key=lambda i: i.name):
-        if info.name.startswith("_"):
+        if info.name.startswith("_") or info.ispkg:
             continue
         module = importlib.import_module(f"{package.__name__}.{info.name}")
         patch = getattr(module, "PATCH", None)
