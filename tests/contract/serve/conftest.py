@@ -1,0 +1,62 @@
+"""Serve-path contract fixtures: a real ``vllm serve`` per model, speculators' own client, K1 via the real patcher.
+
+These tests run in a lane with speculators >= 0.5 (``python3 fixtures/lanes.py
+build serve``) under the global vLLM lock:
+
+    flock /tmp/vllm.lock python3 fixtures/lanes.py run serve -- python -m pytest -p no:cacheprovider -m serve tests/contract/serve
+
+In an old-path lane (speculators < 0.5) they are skipped with that reason,
+never counted as passes.  Each model's server runs once per module; the tests read its result.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata as md
+import random
+
+import pytest
+from packaging.version import Version
+
+from compat.layout import cache_root
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "serve: the modern path: a real `vllm serve` + speculators >= 0.5's client")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def serve_lane():
+    try:
+        version = md.version("speculators")
+    except md.PackageNotFoundError:
+        pytest.skip("the serve path needs speculators >= 0.5 (lane: serve); speculators is not installed")
+    if Version(version) < Version("0.5"):
+        pytest.skip(f"the serve path needs speculators >= 0.5 (lane: serve); this lane has {version}")
+    return version
+
+
+@pytest.fixture(scope="session")
+def k1_on(serve_lane):
+    """K1 applied for the session; the lane's vLLM is left pristine afterwards."""
+    from . import k1
+
+    k1.set_applied(True)
+    yield
+    k1.set_applied(False)
+
+
+def prompts(seed: int, vocab: int, budget: int) -> list[list[list[int]]]:
+    """Two client runs: 11 prompts, then 33 (32 in flight and one waiting) holding a prompt of 3x the token budget
+    and a repeat of a 64-token prompt of the first run (a prefix-cache hit)."""
+    rng = random.Random(seed)
+
+    def prompt(n):
+        return [rng.randrange(4, vocab) for _ in range(n)]
+
+    first = [prompt(n) for n in (5, 17, 33, 64, 65, 90, 120, 7, 1, 150, 40)]
+    second = [prompt(rng.randrange(3, 120)) for _ in range(31)] + [prompt(3 * budget + 8), first[3]]
+    return [first, second]
+
+
+def model_dir(name: str):
+    return cache_root() / "models" / name
