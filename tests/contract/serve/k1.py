@@ -44,4 +44,4 @@ def is_applied() -> bool:
 
     made, _ = decision()
     files = made.patch.files(made.variant) if made.variant in made.patch.edits else ()
-    return bool(files) and "specdec-compat K1" in open_target("vllm").path(files[0]).read_text()
+    return bool(files) and f"specdec-compat {PATCH_ID}" in open_target("vllm").path(files[0]).read_text()
