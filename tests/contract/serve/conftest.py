@@ -12,7 +12,6 @@ never counted as passes.  Each model's server runs once per module; the tests re
 from __future__ import annotations
 
 import importlib.metadata as md
-import random
 
 import pytest
 from packaging.version import Version
@@ -48,14 +47,9 @@ def k1_on(serve_lane):
 def prompts(seed: int, vocab: int, budget: int) -> list[list[list[int]]]:
     """Two client runs: 11 prompts, then 33 (32 in flight and one waiting) holding a prompt of 3x the token budget
     and a repeat of a 64-token prompt of the first run (a prefix-cache hit)."""
-    rng = random.Random(seed)
+    from compat.serve.__main__ import default_calls
 
-    def prompt(n):
-        return [rng.randrange(4, vocab) for _ in range(n)]
-
-    first = [prompt(n) for n in (5, 17, 33, 64, 65, 90, 120, 7, 1, 150, 40)]
-    second = [prompt(rng.randrange(3, 120)) for _ in range(31)] + [prompt(3 * budget + 8), first[3]]
-    return [first, second]
+    return default_calls(vocab, budget, seed)
 
 
 def model_dir(name: str):
