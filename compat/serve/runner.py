@@ -51,10 +51,14 @@ def _torch_dtype(name: str):
 
 def run(spec: ServeSpec) -> ServeResult:
     """Start the server, drive it, check everything; never raises for a failed run (verdict ERROR)."""
+    log = spec.work_dir / "vllm-serve.log"
     try:
         return _run(spec)
     except ServerError as exc:
-        return ServeResult("ERROR", f"{exc}\n{_symptom_lines(exc.log_tail)}", log=str(spec.work_dir / "vllm-serve.log"))
+        return ServeResult("ERROR", f"{exc}\n{_symptom_lines(exc.log_tail)}", log=str(log))
+    except (OSError, ValueError, KeyError) as exc:  # an HTTP error, a refused or cut connection, a bad reply
+        return ServeResult("ERROR", f"{type(exc).__name__}: {exc}\nserver log:\n{_symptom_lines(tail(log, 400))}",
+                           log=str(log))
 
 
 def _run(spec: ServeSpec) -> ServeResult:

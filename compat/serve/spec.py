@@ -43,7 +43,7 @@ class ServeSpec:
     logprobs_check: bool = True
     extract: bool = True  # False: the same server without extract_hidden_states (a throughput yardstick)
     hf_check: bool = True
-    start_timeout_s: float = 240.0
+    start_timeout_s: float = 600.0  # a cold torch.compile on 2 busy cores took 100 s
     client_timeout_s: float = 600.0
     env: dict = field(default_factory=dict)
 

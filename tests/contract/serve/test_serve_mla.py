@@ -23,7 +23,7 @@ def result(request, k1_on, tmp_path_factory):
 
     model = tiny_mla.build(request.param)
     spec = ServeSpec(model=model, work_dir=tmp_path_factory.mktemp(f"serve-{request.param}"),
-                     calls=prompts(1, 512, 64))
+                     calls=prompts(1, 512, 64), extra_args=["--enforce-eager"])  # no compile: start time
     outcome = run(spec)
     print(request.param, outcome.as_dict())
     return spec, outcome
