@@ -1,4 +1,4 @@
-"""The probe K1 (``vllm.serve.cpu_connector``) decides on: how vLLM's hidden-states connector copies to host.
+"""The probe ``serve.cpu.connector_copy``, K1's precondition: how vLLM's hidden-states connector copies to host.
 
 Why a probe of its own: K1 is needed exactly where the connector copies
 asynchronously into ``pin_memory=True`` host tensors inside
@@ -22,7 +22,7 @@ from compat.probes.base import Reading, Unknown, probe
 FENCE_BEGIN, FENCE_END = "# >>> specdec-compat", "# <<< specdec-compat"
 CONNECTOR = "vllm/distributed/kv_transfer/kv_connector/v1/example_hidden_states_connector.py"
 CPU_SHM = "vllm/v1/worker/cpu/shm.py"
-NAME = "vllm.serve.cpu_connector"
+NAME = "serve.cpu.connector_copy"
 
 
 def _pin_memory_calls(tree: ast.Module) -> list[ast.Call]:

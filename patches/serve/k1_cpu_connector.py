@@ -88,7 +88,7 @@ PATCH = Patch(
     ),
     removal=(
         "when the connector allocates with is_pin_memory_available() and vLLM's CPU _EventPlaceholder has "
-        "query() (probe vllm.serve.cpu_connector = cpu-ready)"
+        "query() (probe serve.cpu.connector_copy = cpu-ready)"
     ),
     target="vllm",
     versions={"vllm": ">=0.24.0.dev0"},

@@ -36,7 +36,7 @@ def probe(source):
     from compat.probes import PROBES
 
     k1()  # loading the declarations registers the probe
-    result = PROBES["vllm.serve.cpu_connector"].run(Reader(source))
+    result = PROBES["serve.cpu.connector_copy"].run(Reader(source))
     return getattr(result, "value", result)
 
 
