@@ -38,8 +38,8 @@ class ServeResult:
         return asdict(self)
 
 
-def _symptom_lines(text: str, limit: int = 8) -> str:
-    keys = ("Error", "error:", "Traceback", "raise ")
+def _symptom_lines(text: str, limit: int = 10) -> str:
+    keys = ("Error", "error:", "Traceback", "raise ", "KV cache", "Maximum concurrency")
     return "\n".join([l for l in text.splitlines() if any(k in l for k in keys)][-limit:])
 
 

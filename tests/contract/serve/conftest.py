@@ -54,3 +54,14 @@ def prompts(seed: int, vocab: int, budget: int) -> list[list[list[int]]]:
 
 def model_dir(name: str):
     return cache_root() / "models" / name
+
+
+def work_dir(name: str):
+    """A run's folder that outlives pytest's tmp dirs (server log, client logs, files): <cache>/serve-runs/<lane>/."""
+    import os
+    import shutil
+
+    path = cache_root() / "serve-runs" / os.environ.get("SPECDEC_COMPAT_LANE", "adhoc") / name
+    shutil.rmtree(path, ignore_errors=True)
+    path.mkdir(parents=True)
+    return path

@@ -11,18 +11,18 @@ import pytest
 
 from compat.serve import ServeSpec, run
 
-from .conftest import model_dir, prompts
+from .conftest import model_dir, prompts, work_dir
 
 pytestmark = [pytest.mark.serve]
 IDS = [4, 0, 2, 1, 3]  # L = 4
 
 
 @pytest.fixture(scope="module")
-def result(k1_on, tmp_path_factory):
+def result(k1_on):
     from fixtures.tiny_model import build_tiny_llama
 
     model = build_tiny_llama(model_dir("serve-tiny-llama"))
-    spec = ServeSpec(model=model, work_dir=tmp_path_factory.mktemp("serve-llama"), calls=prompts(0, 512, 64),
+    spec = ServeSpec(model=model, work_dir=work_dir("llama"), calls=prompts(0, 512, 64),
                      layer_ids=IDS)
     outcome = run(spec)
     print(outcome.as_dict())

@@ -12,17 +12,17 @@ import pytest
 
 from compat.serve import ServeSpec, run
 
-from .conftest import prompts
+from .conftest import prompts, work_dir
 
 pytestmark = [pytest.mark.serve]
 
 
 @pytest.fixture(scope="module", params=["deepseek", "kimi"])
-def result(request, k1_on, tmp_path_factory):
+def result(request, k1_on):
     from fixtures import tiny_mla
 
     model = tiny_mla.build(request.param)
-    spec = ServeSpec(model=model, work_dir=tmp_path_factory.mktemp(f"serve-{request.param}"),
+    spec = ServeSpec(model=model, work_dir=work_dir(request.param),
                      calls=prompts(1, 512, 64), extra_args=["--enforce-eager"])  # no compile: start time
     outcome = run(spec)
     print(request.param, outcome.as_dict())
