@@ -1,0 +1,61 @@
+"""``python -m compat.serve --model PATH``: the serve-path confirm from a shell (``compat confirm --path serve`` at merge).
+
+Exit codes as compat confirm's: 0 OK, 1 WRONG or ERROR, 2 bad arguments.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import sys
+import tempfile
+
+from .runner import run
+from .spec import ServeSpec
+
+
+def default_calls(vocab: int, budget: int, seed: int = 0) -> list[list[list[int]]]:
+    """11 prompts, then 33 (32 in flight) with one of 3x the token budget and a repeat of a first-run prompt."""
+    rng = random.Random(seed)
+
+    def prompt(n):
+        return [rng.randrange(4, vocab) for _ in range(n)]
+
+    first = [prompt(n) for n in (5, 17, 33, 64, 65, 90, 120, 7, 1, 150, 40)]
+    return [first, [prompt(rng.randrange(3, 120)) for _ in range(31)] + [prompt(3 * budget + 8), first[3]]]
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m compat.serve", description=__doc__.splitlines()[0])
+    parser.add_argument("--model", required=True, help="a local checkpoint directory")
+    parser.add_argument("--layers", help="comma-separated aux layer ids (default: speculators' [2, L//2, L-3, L])")
+    parser.add_argument("--dtype", default="float32")
+    parser.add_argument("--vocab", type=int, default=512, help="prompt token ids are drawn from 4..VOCAB-1")
+    parser.add_argument("--budget", type=int, default=64, help="--max-num-batched-tokens")
+    parser.add_argument("--work-dir", help="server log, files and client logs (default: a new temp dir)")
+    parser.add_argument("--json-file", help="write the result here too")
+    args = parser.parse_args(argv)
+    try:
+        layers = [int(x) for x in args.layers.split(",")] if args.layers else None
+        spec = ServeSpec(model=args.model, work_dir=args.work_dir or tempfile.mkdtemp(prefix="compat-serve-"),
+                         calls=default_calls(args.vocab, args.budget), layer_ids=layers, dtype=args.dtype,
+                         max_num_batched_tokens=args.budget)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    result = run(spec)
+    doc = result.as_dict()
+    if args.json_file:
+        with open(args.json_file, "w") as handle:
+            json.dump(doc, handle, indent=1, default=str)
+    print(f"{result.verdict}: {result.reason or 'every file equals the references'}")
+    for name, check in result.checks.items():
+        print(f"  {name:16} {'ok' if check.get('ok') else 'FAILED'}  "
+              f"{json.dumps({k: v for k, v in check.items() if k != 'ok'}, default=str)[:160]}")
+    print(f"  log: {result.log}")
+    return 0 if result.verdict == "OK" else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

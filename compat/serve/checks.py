@@ -1,0 +1,53 @@
+"""What each serve-path file must satisfy, as plain functions returning problems (empty list: fine).
+
+Tolerance per row, as compat confirm's: ``max|diff| / mean|h_ref|`` of that
+layer, so a small early layer and a large late one are held to the same
+relative bound (an absolute atol is too tight at |h| ~ 0.02 and too loose at
+|h| ~ 10).
+"""
+
+from __future__ import annotations
+
+KEYS = {"hidden_states", "token_ids"}
+
+
+def file_problems(data: dict, prompt: list[int], rows: int, hidden: int, dtype) -> list[str]:
+    """Keys, ``token_ids == prompt``, shape ``[T, N, H]`` and dtype of one file."""
+    problems = []
+    if set(data) != KEYS:
+        problems.append(f"keys {sorted(data)} (expected {sorted(KEYS)})")
+        return problems
+    if data["token_ids"].tolist() != list(prompt):
+        problems.append(f"token_ids differ from the prompt ({len(data['token_ids'])} vs {len(prompt)} tokens)")
+    shape = tuple(data["hidden_states"].shape)
+    if shape != (len(prompt), rows, hidden):
+        problems.append(f"hidden_states shape {shape}, expected {(len(prompt), rows, hidden)}")
+    if data["hidden_states"].dtype != dtype:
+        problems.append(f"hidden_states dtype {data['hidden_states'].dtype}, expected {dtype}")
+    return problems
+
+
+def row_errors(states, reference, ids: list[int]) -> dict[int, float]:
+    """``{id: max|diff| / mean|ref|}`` per stored row (both ``[T, N, H]``, rows in ``ids`` order)."""
+    errors = {}
+    for i, k in enumerate(ids):
+        got, want = states[:, i, :].float(), reference[:, i, :].float()
+        scale = float(want.abs().mean()) or 1.0
+        errors[k] = float((got - want).abs().max()) / scale
+    return errors
+
+
+def logprob_error(rebuilt, prompt_logprobs: list, prompt: list[int]) -> tuple[float, int]:
+    """Largest |rebuilt - served| over every logprob the server returned for positions 1..T-1; (error, count).
+
+    Position ``t``'s distribution comes from the row of token ``t - 1``; the server's entry ``t`` holds the
+    prompt token's logprob and its top-k, keyed by token id.
+    """
+    worst, count = 0.0, 0
+    for t in range(1, len(prompt)):
+        entry = prompt_logprobs[t] or {}
+        for token, item in entry.items():
+            value = item["logprob"] if isinstance(item, dict) else item
+            worst = max(worst, abs(float(rebuilt[t - 1, int(token)]) - float(value)))
+            count += 1
+    return worst, count

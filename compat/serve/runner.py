@@ -1,0 +1,193 @@
+"""``run(spec) -> ServeResult``: one server, speculators' client, every file checked.
+
+Order matters: the longest prompt goes alone first, so the engine-step count
+shows chunked prefill happening (a prompt longer than the token budget needs
+``ceil(T / budget)`` steps); it comes again inside the calls, so the prefix
+cache is hit, and the metric says so.  The HF reference is computed after the
+server stopped (the two would share the cores).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from . import checks, client, reference
+from .server import Server, ServerError, tail
+from .spec import ServeSpec
+
+#: vLLM's --enable-logging-iteration-details line (v1/metrics/loggers.py LoggingStatLogger._log_iteration_details)
+ITERATION = re.compile(r"Iteration\(\d+\): \d+ context requests, (\d+) context tokens")
+PREFIX_HITS = "vllm:prefix_cache_hits_total"
+LOGPROB_TOP = 5
+
+
+@dataclass
+class ServeResult:
+    verdict: str  # OK | WRONG | ERROR
+    reason: str
+    checks: dict = field(default_factory=dict)  # name -> {"ok": bool, ...}
+    timings: dict = field(default_factory=dict)
+    rows: dict = field(default_factory=dict)  # id -> worst relative error against HF
+    log: str = ""
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def _symptom_lines(text: str, limit: int = 10) -> str:
+    keys = ("Error", "error:", "Traceback", "raise ", "KV cache", "Maximum concurrency")
+    return "\n".join([l for l in text.splitlines() if any(k in l for k in keys)][-limit:])
+
+
+def _torch_dtype(name: str):
+    import torch
+
+    return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[name]
+
+
+def run(spec: ServeSpec) -> ServeResult:
+    """Start the server, drive it, check everything; never raises for a failed run (verdict ERROR)."""
+    log = spec.work_dir / "vllm-serve.log"
+    try:
+        return _run(spec)
+    except ServerError as exc:
+        return ServeResult("ERROR", f"{exc}\n{_symptom_lines(exc.log_tail)}", log=str(log))
+    except (OSError, ValueError, KeyError) as exc:  # an HTTP error, a refused or cut connection, a bad reply
+        return ServeResult("ERROR", f"{type(exc).__name__}: {exc}\nserver log:\n{_symptom_lines(tail(log, 400))}",
+                           log=str(log))
+
+
+def _run(spec: ServeSpec) -> ServeResult:
+    env = spec.environment()
+    result = ServeResult("OK", "")
+    prompts = [p for call in spec.calls for p in call]
+    longest = max(prompts, key=len)
+    runs = []
+    with Server(spec) as server:
+        result.log = str(server.log)
+        result.timings["server_start_s"] = server.start_s
+        result.checks["chunked_prefill"] = _observe_chunking(server, spec, longest)
+        hits_before = server.metric(PREFIX_HITS)
+        for index, call in enumerate(spec.calls):
+            run = client.generate(spec.python, server.endpoint, call, spec.work_dir / f"call{index}",
+                                  spec.concurrency, env, spec.client_timeout_s)
+            runs.append(run)
+            tokens = sum(len(p) for p in call)
+            result.timings[f"call{index}"] = {"prompts": len(call), "seconds": run.seconds,
+                                              "samples_per_s": round(len(run.files) / run.seconds, 2),
+                                              "tokens_per_s": round(tokens / run.seconds, 1)}
+            if run.returncode != 0 or len(run.files) != len(call):
+                server_says = _symptom_lines(server.log_text())
+                return _error(result, f"speculators generate-offline-data (call {index}, {len(call)} prompts) exit "
+                              f"{run.returncode}, {len(run.files)} of {len(call)} files; server log:\n{server_says}\n"
+                              f"client log:\n{tail(run.log, 6)}")
+        result.checks["prefix_cache"] = {"hit_tokens": server.metric(PREFIX_HITS) - hits_before}
+        result.checks["prefix_cache"]["ok"] = result.checks["prefix_cache"]["hit_tokens"] > 0 \
+            if spec.enable_prefix_caching else True
+        served = _prompt_logprobs(server, spec, prompts) if spec.logprobs_check else {}
+    files = _read(runs, spec)
+    _check_files(result, spec, files)
+    if spec.logprobs_check:
+        _check_logprobs(result, spec, files, served)
+    if spec.hf_check:
+        _check_hf(result, spec, files)
+    failed = [name for name, c in result.checks.items() if not c.get("ok", False)]
+    if failed and result.verdict == "OK":
+        result.verdict, result.reason = "WRONG", "failed: " + ", ".join(failed)
+    return result
+
+
+def _error(result: ServeResult, reason: str) -> ServeResult:
+    result.verdict, result.reason = "ERROR", reason
+    return result
+
+
+def _observe_chunking(server: Server, spec: ServeSpec, prompt: list[int]) -> dict:
+    """Send ``prompt`` alone and read vLLM's per-step log: how many steps computed its context, and how many tokens."""
+    before = len(server.log_text())
+    server.post("/v1/completions", {"model": spec.model, "prompt": prompt, "max_tokens": 1, "temperature": 0.0})
+    time.sleep(1.0)  # the API server logs a step's stats after it forwards the outputs
+    steps = [int(m.group(1)) for m in ITERATION.finditer(server.log_text()[before:]) if int(m.group(1)) > 0]
+    chunked = len(prompt) > spec.max_num_batched_tokens
+    need = math.ceil(len(prompt) / spec.max_num_batched_tokens)
+    ok = sum(steps) == len(prompt) and max(steps, default=0) <= spec.max_num_batched_tokens and len(steps) >= need
+    return {"prompt_tokens": len(prompt), "budget": spec.max_num_batched_tokens, "context_tokens_per_step": steps,
+            "chunked": chunked and len(steps) > 1, "ok": ok if chunked else True}
+
+
+def _prompt_logprobs(server: Server, spec: ServeSpec, prompts) -> dict:
+    out = {}
+    for prompt in list(dict.fromkeys(tuple(p) for p in prompts))[:4]:
+        reply = server.post("/v1/completions", {"model": spec.model, "prompt": list(prompt), "max_tokens": 1,
+                                                "temperature": 0.0, "prompt_logprobs": LOGPROB_TOP})
+        out[prompt] = reply["choices"][0].get("prompt_logprobs")
+    return out
+
+
+def _read(runs, spec: ServeSpec) -> list[tuple[list[int], dict]]:
+    from safetensors.torch import load_file
+
+    return [(call[i], load_file(str(run.files[i]))) for run, call in zip(runs, spec.calls) for i in range(len(call))]
+
+
+def _check_files(result: ServeResult, spec: ServeSpec, files) -> None:
+    import json
+
+    config = json.loads((Path(spec.model) / "config.json").read_text())
+    hidden = int((config.get("text_config") or config)["hidden_size"])
+    problems = []
+    for index, (prompt, data) in enumerate(files):
+        problems += [f"file {index}: {p}" for p in
+                     checks.file_problems(data, prompt, len(spec.rows), hidden, _torch_dtype(spec.dtype))]
+    result.checks["files"] = {"count": len(files), "ok": not problems, "problems": problems[:10]}
+
+
+def _tolerance(spec: ServeSpec):
+    from compat.confirm_precision import choose
+
+    return choose(spec.dtype, spec.device)
+
+
+def _check_hf(result: ServeResult, spec: ServeSpec, files) -> None:
+    started = time.monotonic()
+    refs = reference.hf_rows(spec.model, [p for p, _ in files], spec.rows)
+    tol = _tolerance(spec)
+    worst: dict[int, float] = {}
+    for prompt, data in files:
+        if tuple(data["hidden_states"].shape[:2]) != (len(prompt), len(spec.rows)):
+            continue  # reported by the file check
+        for k, err in checks.row_errors(data["hidden_states"], refs[tuple(prompt)], spec.rows).items():
+            worst[k] = max(worst.get(k, 0.0), err)
+    result.rows = {k: float(f"{v:.3g}") for k, v in worst.items()}
+    bad = {k: v for k, v in worst.items() if v > tol.rtol}
+    result.checks["hf_rows"] = {"ok": bool(worst) and not bad, "rule": tol.rule, "worst": result.rows,
+                                "over": {k: float(f"{v:.3g}") for k, v in bad.items()}}
+    result.timings["hf_reference_s"] = round(time.monotonic() - started, 2)
+
+
+def _check_logprobs(result: ServeResult, spec: ServeSpec, files, served: dict) -> None:
+    final = spec.rows.index(spec.depth) if spec.depth in spec.rows else None
+    if final is None:
+        result.checks["logprobs"] = {"ok": True, "skipped": f"id {spec.depth} (final) not requested"}
+        return
+    by_prompt = {tuple(p): d for p, d in files}
+    worst, count = 0.0, 0
+    for prompt, entries in served.items():
+        if entries is None or prompt not in by_prompt:
+            result.checks["logprobs"] = {"ok": False, "problem": "the server returned no prompt_logprobs"}
+            return
+        rebuilt = reference.final_logprobs(spec.model, by_prompt[prompt]["hidden_states"][:, final, :])
+        err, n = checks.logprob_error(rebuilt, entries, list(prompt))
+        worst, count = max(worst, err), count + n
+    bound = LOGPROB_ATOL.get(spec.dtype, 0.5)
+    result.checks["logprobs"] = {"ok": count > 0 and worst <= bound, "max_abs_diff": float(f"{worst:.3g}"),
+                                 "compared": count, "bound": bound}
+
+
+#: |rebuilt - served| logprob bound: float32 rounding only (the server's log_softmax vs ours); a wrong final row
+#: (another layer's, or post-norm) moves logprobs by O(1)
+LOGPROB_ATOL = {"float32": 1e-3, "bfloat16": 0.3, "float16": 0.15}

