@@ -101,6 +101,8 @@ CORPUS = {
     "serve.pp.deepseek_v2": [("0.25.0", rename(f"{MODELS}/deepseek_v2.py", "DeepseekV2Model", "DeepseekModel"))],
     "serve.cpu.spec_decode": [("0.19.1", rename("vllm/v1/worker/cpu_model_runner.py", "CPUModelRunner", "CpuRunner"))],
     "serve.cpu.pin_memory": [(r, move_connector_class) for r in ("0.21.0", "0.25.0")],
+    "serve.cpu.connector_copy": [(r, move_connector_class) for r in ("0.21.0", "0.25.0")]
+    + [("0.25.0", rename("vllm/v1/worker/cpu/shm.py", "_EventPlaceholder", "_Event"))],
     "serve.cpu.event_query": [("0.25.0", rename("vllm/v1/worker/cpu/shm.py", "_EventPlaceholder", "_Event"))],
     "serve.speculators.lock_wait": [("speculators==0.6.0.2", rename(CLIENT, "fcntl", "fc")),
                                     ("speculators==0.5.0", rename(CLIENT, "extract_output", "read_output"))],

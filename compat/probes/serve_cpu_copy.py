@@ -78,8 +78,14 @@ def cpu_connector(reader) -> Reading | Unknown:
     if text is None:
         return Reading("absent")
     tree = ast.parse(pristine(text))
+    connector = next((n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "ExampleHiddenStatesConnector"),
+                     None)
+    if connector is None:  # moved elsewhere (a re-export), renamed: whatever copies, it is not read here
+        return Unknown(f"{CONNECTOR} defines no ExampleHiddenStatesConnector class (moved or renamed?)")
     pins, polls = _pin_memory_calls(tree), _uses_query(tree)
     if not pins and not polls:
+        if not any(isinstance(n, ast.FunctionDef) and n.name == "save_kv_layer" for n in connector.body):
+            return Unknown(f"{CONNECTOR}: neither a pinned copy nor save_kv_layer in the connector, a shape not seen")
         return Reading("sync-copy", CONNECTOR)  # vllm 0.17-0.21: the file is written in save_kv_layer
     if not (pins and polls):
         return Unknown(f"{CONNECTOR}: a pinned copy without an event poll (or the reverse), a shape not seen")
