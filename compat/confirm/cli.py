@@ -41,6 +41,12 @@ def make_calls(sizes=CALLS, seed: int = 0, vocab: int = 512):
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--path", choices=("generator", "serve"), default="generator",
+                        help="generator: speculators 0.3.0/0.4.x's in-process generator (default); serve: speculators "
+                        ">= 0.5's path, a real `vllm serve` with extract_hidden_states and the file connector driven by "
+                        "speculators' own client, every row vs HF and the final row's logits vs the server's "
+                        "prompt_logprobs (--layers are then vLLM's aux ids: id k is the "
+                        "residual entering layer k, id L the final pre-norm state; default speculators' [2, L//2, L-3, L])")
     parser.add_argument("--model", help="a local HF checkpoint directory (e.g. fixtures/tiny_model.py's); "
                         "required unless --check")
     parser.add_argument("--layers", default="all", help="generator layer ids to capture, comma-separated, e.g. "
@@ -178,6 +184,16 @@ def spec_from_args(args):
                    log_path=args.log, verbose=args.verbose, tie=True, extra=extra)
 
 
+def serve_argv(args) -> list[str]:
+    """compat confirm's options as ``python -m compat.serve`` takes them (the serve path's own defaults otherwise)."""
+    argv = ["--model", args.model or "", "--dtype", args.dtype]
+    if args.layers != "all":
+        argv += ["--layers", args.layers]
+    if args.json_file:
+        argv += ["--json-file", args.json_file]
+    return argv
+
+
 def run(args, **hooks) -> int:
     """``compat confirm``: --check, or a run of the command line's spec (``hooks``: RunSpec fields to add)."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -185,6 +201,10 @@ def run(args, **hooks) -> int:
         from compat.confirm.report import check
 
         return check(args.check, accept_weaker=args.accept_weaker)
+    if args.path == "serve":
+        from compat.serve.__main__ import main as serve_main
+
+        return serve_main(serve_argv(args))
     spec = spec_from_args(args)
     if isinstance(spec, int):
         return spec
