@@ -44,17 +44,22 @@ class _Pristine(Source):
 
     def read(self, relpath: str) -> str | None:
         text = self._inner.read(relpath)
-        if text is None or KIT_BEGIN not in text:
-            return text
-        kept, fenced = [], False
-        for line in text.splitlines(keepends=True):
-            if line.strip().startswith(KIT_BEGIN):
-                fenced = True
-            elif line.strip().startswith(KIT_END):
-                fenced = False
-            elif not fenced:
-                kept.append(line)
-        return "".join(kept)
+        return text if text is None else strip_fences(text)
+
+
+def strip_fences(text: str) -> str:
+    """``text`` without the kit's fenced insertions: the file as upstream shipped it."""
+    if KIT_BEGIN not in text:
+        return text
+    kept, fenced = [], False
+    for line in text.splitlines(keepends=True):
+        if line.strip().startswith(KIT_BEGIN):
+            fenced = True
+        elif line.strip().startswith(KIT_END):
+            fenced = False
+        elif not fenced:
+            kept.append(line)
+    return "".join(kept)
 
 
 def pristine(reader: Reader) -> Reader:

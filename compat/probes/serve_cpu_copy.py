@@ -16,10 +16,11 @@ from __future__ import annotations
 import ast
 
 from compat.probes.base import Reading, Unknown, probe
+from compat.probes.serve_connector import KIT_BEGIN, KIT_END, strip_fences
 
-#: the kit's fences around inserted lines (modern-static's compat.probes.serve_connector.KIT_BEGIN/KIT_END): the
-#: probe reads the file without them, so an applied K1 reads as the release shipped it
-FENCE_BEGIN, FENCE_END = "# >>> specdec-compat", "# <<< specdec-compat"
+#: the kit's fences around inserted lines: the probe reads the file without them, so an applied K1 reads as the
+#: release shipped it
+FENCE_BEGIN, FENCE_END = KIT_BEGIN, KIT_END
 CONNECTOR = "vllm/distributed/kv_transfer/kv_connector/v1/example_hidden_states_connector.py"
 CPU_SHM = "vllm/v1/worker/cpu/shm.py"
 NAME = "serve.cpu.connector_copy"
@@ -49,19 +50,6 @@ def _placeholder_has_query(tree: ast.Module) -> bool | None:
     return None
 
 
-def pristine(text: str) -> str:
-    """``text`` without the kit's fenced lines."""
-    kept, fenced = [], False
-    for line in text.splitlines(keepends=True):
-        if line.strip().startswith(FENCE_BEGIN):
-            fenced = True
-        elif line.strip().startswith(FENCE_END):
-            fenced = False
-        elif not fenced:
-            kept.append(line)
-    return "".join(kept)
-
-
 def _copy_method(tree: ast.Module) -> str | None:
     """The connector method holding the pinned copy (``_submit_async_write`` from 0.24, ``save_kv_layer`` before)."""
     for cls in (n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "ExampleHiddenStatesConnector"):
@@ -77,7 +65,7 @@ def cpu_connector(reader) -> Reading | Unknown:
     text = reader.text(CONNECTOR)
     if text is None:
         return Reading("absent")
-    tree = ast.parse(pristine(text))
+    tree = ast.parse(strip_fences(text))
     connector = next((n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "ExampleHiddenStatesConnector"),
                      None)
     if connector is None:  # moved elsewhere (a re-export), renamed: whatever copies, it is not read here
