@@ -147,7 +147,7 @@ def _check_files(result: ServeResult, spec: ServeSpec, files) -> None:
 
 
 def _tolerance(spec: ServeSpec):
-    from compat.confirm_precision import choose
+    from compat.confirm.tolerance import choose
 
     return choose(spec.dtype, spec.device)
 
