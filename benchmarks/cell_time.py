@@ -6,6 +6,8 @@
     python3 benchmarks/cell_time.py --runs 6              # cycle through the cells until 6 have run
     python3 benchmarks/cell_time.py pinned:0.4.0.1 --runs 3
     python3 benchmarks/cell_time.py --pytest-args "-m 'contract and not proof'"
+    python3 benchmarks/cell_time.py pinned:0.4.0.1 --runs 2 --before 2844d89   # that commit's cell and this
+                                                          # checkout's, interleaved (ABBA) in one run
 
 A cell is the whole contract suite as ``fixtures/lanes.py test`` runs it
 (``python -m pytest -p no:cacheprovider -m contract tests/contract`` inside the
@@ -25,6 +27,11 @@ The yardstick: ``python -c "import vllm"`` is timed in each lane in the same run
 cell's median is printed as a multiple of it (wall and CPU), so runs on machines of other speeds, or under
 other load, compare (issue 20: "report cell / import").
 
+``--before REV`` times another commit's cell beside this checkout's in the same run: REV is checked out into
+a temporary git worktree, and each run times both trees on the same lane, in ABBA order so that a drifting
+load weighs on both alike; each tree's kit is installed into the lane just before its cell, and its own
+``tests/contract`` is what runs.  The summary adds after / before ratios of wall and CPU.
+
 Set ``SPECDEC_COMPAT_CACHE`` to use other lane venvs than the default ones.
 """
 
@@ -37,6 +44,7 @@ import shlex
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -84,11 +92,11 @@ def _lane(name: str):
     return lanes.LANES[name] if name in lanes.LANES else _matrix_lane(name.removeprefix("vllm-cpu-"))
 
 
-def _timed(cmd: list[str], env: dict) -> tuple[subprocess.CompletedProcess, float, float]:
+def _timed(cmd: list[str], env: dict, cwd: Path = ROOT) -> tuple[subprocess.CompletedProcess, float, float]:
     """Run ``cmd``; its output, wall seconds and CPU seconds (user + system of it and its children)."""
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.monotonic()
-    proc = subprocess.run(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.run(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     wall = time.monotonic() - started
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     return proc, wall, (after.ru_utime - usage.ru_utime) + (after.ru_stime - usage.ru_stime)
@@ -100,18 +108,67 @@ def time_import(item) -> dict:
     return {"wall": wall, "cpu": cpu, "exit": proc.returncode}
 
 
-def time_cell(item, version: str, steps, pytest_args: list[str], save: Path | None = None) -> dict:
+def install_tree(item, steps, tree: Path) -> None:
+    """The kit of ``tree`` into the lane (as ``lanes.install_kit`` does for this checkout)."""
+    lanes.pip(item, steps, f"install the kit from {tree}", "install", "-q", "--no-deps", "--force-reinstall", tree)
+
+
+def time_cell(item, version: str, steps, pytest_args: list[str], save: Path | None = None,
+              tree: tuple[str, Path] = ("after", ROOT)) -> dict:
     lanes.use_speculators(item, version, steps)  # reverts the kit's patches first: every cell starts pristine
+    if tree[1] != ROOT:
+        install_tree(item, steps, tree[1])
     cmd = [str(item.bin / "python"), "-m", "pytest", "-p", "no:cacheprovider", "-m", "contract", "-q",
            "--durations=8", *pytest_args, "tests/contract"]
     load_before = os.getloadavg()[0]
-    proc, wall, cpu = _timed(cmd, lanes.lane_env(item))
+    proc, wall, cpu = _timed(cmd, lanes.lane_env(item), cwd=tree[1])
+    if tree[1] != ROOT:
+        lanes.use_speculators(item, version, steps)  # that kit reverts what its own cell may have left
+        lanes.install_kit(item, steps)
     if save is not None:
         save.mkdir(parents=True, exist_ok=True)
-        (save / f"{item.name}-{version}-{time.strftime('%H%M%S')}.txt").write_text(proc.stdout)
+        (save / f"{item.name}-{version}-{tree[0]}-{time.strftime('%H%M%S')}.txt").write_text(proc.stdout)
     tail = [line for line in proc.stdout.splitlines() if line.strip()][-12:]
-    return {"lane": item.name, "speculators": version, "wall": wall, "cpu": cpu, "exit": proc.returncode,
+    return {"lane": item.name, "speculators": version, "tree": tree[0], "wall": wall, "cpu": cpu,
+            "exit": proc.returncode,
             "load_before": load_before, "load_after": os.getloadavg()[0], "tail": tail}
+
+
+def _worktree(rev: str, into: Path) -> Path:
+    """``rev`` checked out (detached) under ``into``; a clear error when git cannot."""
+    tree = into / f"before-{rev}"
+    proc = subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "-q", "--detach", str(tree), rev],
+                          capture_output=True, text=True)
+    if proc.returncode:
+        raise SystemExit(f"cell_time: cannot check out {rev!r}: {proc.stderr.strip()}")
+    return tree
+
+
+def _order(index: int, trees: list[tuple[str, Path]]) -> list[tuple[str, Path]]:
+    """ABBA: even runs time the trees in order, odd runs in reverse, so a drifting load weighs on both."""
+    return trees if index % 2 == 0 else trees[::-1]
+
+
+def _summary(results: list[dict], imports: dict, trees: list[tuple[str, Path]]) -> None:
+    print(f"\n{'cell':24} {'tree':>6} {'wall s':>8} {'cpu s':>7} {'exit':>5} {'load before/after':>18}")
+    for r in results:
+        print(f"{r['lane'] + '/' + r['speculators']:24} {r['tree']:>6} {r['wall']:8.1f} {r['cpu']:7.1f} {r['exit']:5} "
+              f"{r['load_before']:8.2f} / {r['load_after']:.2f}")
+    medians = {}
+    for key in dict.fromkeys((r["lane"], r["speculators"], r["tree"]) for r in results):
+        runs = [r for r in results if (r["lane"], r["speculators"], r["tree"]) == key]
+        wall, cpu = statistics.median(r["wall"] for r in runs), statistics.median(r["cpu"] for r in runs)
+        medians[key] = (wall, cpu)
+        yardstick = imports[key[0]]
+        print(f"median {key[0]}/{key[1]} ({key[2]}): {wall:.1f} s wall, {cpu:.1f} s cpu over {len(runs)} run(s); "
+              f"{wall / yardstick['wall']:.1f} x import vllm's wall, {cpu / max(yardstick['cpu'], 1e-9):.1f} x its cpu")
+    if len(trees) == 2:
+        for lane, version in dict.fromkeys((r["lane"], r["speculators"]) for r in results):
+            before, after = medians.get((lane, version, "before")), medians.get((lane, version, "after"))
+            if before and after:
+                print(f"after / before {lane}/{version}: wall {after[0] / before[0]:.2f}, cpu {after[1] / before[1]:.2f}")
+    print(f"median over all {len(results)} cell(s): {statistics.median(r['wall'] for r in results):.1f} s wall, "
+          f"{statistics.median(r['cpu'] for r in results):.1f} s cpu (machine: {os.cpu_count()} cores)")
 
 
 def main(argv=None) -> int:
@@ -122,13 +179,20 @@ def main(argv=None) -> int:
     parser.add_argument("--pytest-args", default="", help="extra pytest arguments, one shell-quoted string")
     parser.add_argument("--quiet", action="store_true", help="no pytest tail after each cell")
     parser.add_argument("--save", type=Path, metavar="DIR", help="also write each cell's whole pytest output to DIR")
+    parser.add_argument("--before", metavar="REV", help="also time REV's cell beside this checkout's (ABBA), "
+                        "and print after / before")
     args = parser.parse_args(argv)
     cells = args.cells or [parse_cell(c) for c in DEFAULT_CELLS]
     extra = shlex.split(args.pytest_args)
-    steps = {}
+    scratch = Path(tempfile.mkdtemp(prefix="cell-time-"))
+    trees = [("after", ROOT)]
+    if args.before:
+        trees = [("before", _worktree(args.before, scratch)), ("after", ROOT)]
+    steps, found = {}, {}
     for name in dict.fromkeys(name for name, _ in cells):
         item = lanes.build(lanes.LANES[name]) if name in lanes.LANES else _lane(name)
         steps[name] = lanes.Steps(f"cell timing in lane {name}", item.log)
+        found[name] = lanes.patches_on_disk(item) if name in lanes.LANES else None
         lanes.install_kit(item, steps[name])
     imports = {}
     for name in steps:
@@ -139,33 +203,23 @@ def main(argv=None) -> int:
     try:
         for index in range(max(args.runs, 1)):
             name, version = cells[index % len(cells)]
-            print(f"== cell {index + 1}/{args.runs}: lane {name}, speculators {version}", flush=True)
-            result = time_cell(_lane(name), version, steps[name], extra, args.save)
-            results.append(result)
-            if not args.quiet:
-                print("\n".join("   " + line for line in result["tail"]), flush=True)
-            print(f"   wall {result['wall']:.1f} s, cpu {result['cpu']:.1f} s, pytest exit {result['exit']}, load "
-                  f"{result['load_before']:.2f} -> {result['load_after']:.2f}", flush=True)
+            for tree in _order(index, trees):
+                print(f"== cell {index + 1}/{args.runs} ({tree[0]}): lane {name}, speculators {version}", flush=True)
+                result = time_cell(_lane(name), version, steps[name], extra, args.save, tree)
+                results.append(result)
+                if not args.quiet:
+                    print("\n".join("   " + line for line in result["tail"]), flush=True)
+                print(f"   wall {result['wall']:.1f} s, cpu {result['cpu']:.1f} s, pytest exit {result['exit']}, load "
+                      f"{result['load_before']:.2f} -> {result['load_after']:.2f}", flush=True)
     finally:
         for name in steps:
             if name in lanes.LANES:
-                lanes.restore_default(lanes.LANES[name], steps[name])
+                lanes.restore_default(lanes.LANES[name], steps[name], found[name])
             else:  # a matrix release venv keeps the speculators of its last cell, the kit's patches reverted
                 lanes.use_speculators(_lane(name), results[-1]["speculators"] if results else cells[0][1], steps[name])
-    print(f"\n{'cell':24} {'wall s':>8} {'cpu s':>7} {'exit':>5} {'load before/after':>18}")
-    for r in results:
-        print(f"{r['lane'] + '/' + r['speculators']:24} {r['wall']:8.1f} {r['cpu']:7.1f} {r['exit']:5} "
-              f"{r['load_before']:8.2f} / {r['load_after']:.2f}")
-    for cell in dict.fromkeys((r["lane"], r["speculators"]) for r in results):
-        walls = [r["wall"] for r in results if (r["lane"], r["speculators"]) == cell]
-        cpus = [r["cpu"] for r in results if (r["lane"], r["speculators"]) == cell]
-        yardstick = imports[cell[0]]
-        print(f"median {cell[0]}/{cell[1]}: {statistics.median(walls):.1f} s wall, {statistics.median(cpus):.1f} s cpu "
-              f"over {len(walls)} run(s); {statistics.median(walls) / yardstick['wall']:.1f} x import vllm's wall, "
-              f"{statistics.median(cpus) / max(yardstick['cpu'], 1e-9):.1f} x its cpu")
-    print(f"median over all {len(results)} cell(s): {statistics.median(r['wall'] for r in results):.1f} s wall, "
-          f"{statistics.median(r['cpu'] for r in results):.1f} s cpu "
-          f"(machine: {os.cpu_count()} cores)")
+        if args.before:
+            subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(trees[0][1])])
+    _summary(results, imports, trees)
     return 1 if any(r["exit"] for r in results) else 0
 
 
