@@ -9,4 +9,4 @@ Pipeline (one module per box):
 """
 
 __all__ = ["__version__"]
-__version__ = "0.1.0"
+__version__ = "0.1.0"  # the one place: pyproject.toml reads it (setuptools dynamic version, attr)

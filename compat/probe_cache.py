@@ -32,15 +32,17 @@ def _code_hash() -> str:
 
 
 class Recording:
-    """Wraps an installed Source and remembers the stat of every file asked for.
+    """Wraps a Source and remembers every file a probe asked for, with its stat at the moment it was read.
 
-    An installed package runs in this process's environment, so ``environ`` is
-    ``os.environ`` (read by :class:`compat.astkit.Reader`), recorded the same way.
+    The cache keeps an entry only while those stats hold; ``fixtures.synthetic`` copies just the asked
+    files out of a wheel (where a stat is ``None``: no file on disk).  ``environ`` is the environment the
+    source's code runs in (``os.environ`` for an installed package, read by :class:`compat.astkit.Reader`),
+    recorded the same way; left ``None`` (a wheel, sdist or tree) the probes see no environment.
     """
 
-    def __init__(self, source):
+    def __init__(self, source, environ=None):
         self.source, self.seen = source, {}
-        self.environ = _RecordingEnviron(os.environ)
+        self.environ = None if environ is None else _RecordingEnviron(environ)
 
     def read(self, relpath):
         self.seen[relpath] = _stat(Path(self.source.location) / relpath)

@@ -3,7 +3,7 @@
 A patch is proven on a release line when a record shows its leave-one-out
 proof passing on a vLLM of that line (``X.Y``) with the same speculators
 generator (``compat/proof_evidence.py``, generated from the records by
-``fixtures/proofs/evidence.py``).  A YES that rests on an unproven patch is
+``python -m ci proofs``).  A YES that rests on an unproven patch is
 still a YES, but ``plan`` and ``apply`` name the patch, and
 ``--require-proven`` refuses it.
 """

@@ -112,7 +112,28 @@ def _pyproject(path: Path) -> dict:
     return project if isinstance(project, dict) else {}
 
 
-class InstalledSource(Source):
+class _FolderSource(Source):
+    """Files under a folder (``location``), by relative path: an installed copy and a tree read alike."""
+
+    def __init__(self, kind: str, base: Path, dist_name: str | None, version: str | None,
+                 metadata: str | None = None, unread: str | None = None):
+        super().__init__(kind, str(base), dist_name, version, metadata, unread)
+        self._base = base
+
+    def read(self, relpath: str) -> str | None:
+        try:
+            return (self._base / relpath).read_text(encoding="utf-8")
+        except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+            return None
+
+    def read_bytes(self, relpath: str) -> bytes | None:
+        return _file_bytes(self._base / relpath)
+
+    def names(self, prefix: str, suffix: str) -> list[str]:
+        return _tree_names(self._base, prefix, suffix)
+
+
+class InstalledSource(_FolderSource):
     """An installed distribution's files, read from ``base``: where the imported copy lives.
 
     ``base`` comes from :func:`compat.dists.locate` (an editable install's
@@ -122,21 +143,7 @@ class InstalledSource(Source):
 
     def __init__(self, dist: md.Distribution, base: str | Path | None = None):
         base = Path(str(dist.locate_file(""))) if base is None else Path(base)
-        super().__init__("installed", str(base), dist.metadata["Name"], dist.version)
-        self._base = base
-
-    def read(self, relpath: str) -> str | None:
-        path = self._base / relpath
-        try:
-            return path.read_text(encoding="utf-8")
-        except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
-            return None
-
-    def read_bytes(self, relpath: str) -> bytes | None:
-        return _file_bytes(self._base / relpath)
-
-    def names(self, prefix: str, suffix: str) -> list[str]:
-        return _tree_names(self._base, prefix, suffix)
+        super().__init__("installed", base, dist.metadata["Name"], dist.version)
 
 
 class WheelSource(Source):
@@ -197,7 +204,7 @@ class SdistSource(Source):
         return None if member is None else self._tar.extractfile(member).read()
 
 
-class TreeSource(Source):
+class TreeSource(_FolderSource):
     """A source checkout, an unpacked archive or a site-packages folder: ``<root>/<module>/...``."""
 
     def __init__(self, path: str | Path, dist_name: str | None = None, version: str | None = None,
@@ -208,20 +215,7 @@ class TreeSource(Source):
         text = unread = None
         if version is None:
             dist_name, version, text, unread = tree_metadata(path, module)
-        super().__init__("tree", str(path), dist_name, version, text, unread)
-        self._base = path
-
-    def read(self, relpath: str) -> str | None:
-        try:
-            return (self._base / relpath).read_text(encoding="utf-8")
-        except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
-            return None
-
-    def read_bytes(self, relpath: str) -> bytes | None:
-        return _file_bytes(self._base / relpath)
-
-    def names(self, prefix: str, suffix: str) -> list[str]:
-        return _tree_names(self._base, prefix, suffix)
+        super().__init__("tree", path, dist_name, version, text, unread)
 
 
 def _file_bytes(path: Path) -> bytes | None:

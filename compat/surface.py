@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -116,7 +117,7 @@ def _probe_package(module: str, source: Source, names: list[str]) -> tuple[dict,
         if hit is not None:
             values, where = hit
             return {k: Unknown(v["unknown"]) if isinstance(v, dict) else v for k, v in values.items()}, where
-    recording = probe_cache.Recording(source)
+    recording = probe_cache.Recording(source, os.environ)
     reader = Reader(recording if cacheable else source)
     values, where = {}, {}
     for name in names:

@@ -51,6 +51,14 @@ class ProbeSpec:
 PROBES: dict[str, ProbeSpec] = {}
 
 
+def missing_file(reader: Reader, missing: str, marker: str, what: str, value: str = "absent") -> "Reading | Unknown":
+    """A probe's file ``missing`` is not in the source: ``value`` (read at ``marker``) when ``marker``, a file every
+    release of the package has, is there (this release has no such file); Unknown when it is not (not ``what``)."""
+    if reader.module(marker) is None:
+        return Unknown(f"neither {missing} nor {marker} found: not {what}")
+    return Reading(value, marker, None)
+
+
 def probe(name: str, package: str = "vllm"):
     """Register ``fn`` as the probe ``name``; its docstring is the report's description."""
 

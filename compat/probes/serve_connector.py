@@ -17,7 +17,7 @@ import functools
 from .. import astkit
 from ..astkit import Reader
 from ..sources import Source
-from .base import Reading, Unknown, probe
+from .base import Reading, Unknown, missing_file, probe
 
 #: Lines the kit inserts into a file are fenced by these markers; serve probes read the file without them,
 #: so a probe keeps saying what the release shipped after ``compat apply`` (no apply/remove flip-flop).
@@ -213,9 +213,7 @@ def hs_fp8_connector(reader: Reader):
     """hs-connectors' FP8 connector: absent (< 0.9.0) / overrides-write-tensors (vLLM's private _write_tensors)."""
     tree = reader.module(HS_FP8)
     if tree is None:
-        if reader.module(HS_MOONCAKE) is None:
-            return Unknown(f"neither {HS_FP8} nor {HS_MOONCAKE} found: not hs-connectors")
-        return Reading("absent", HS_MOONCAKE, None)
+        return missing_file(reader, HS_FP8, HS_MOONCAKE, "hs-connectors")
     for node in tree.body:
         if isinstance(node, ast.ClassDef) and astkit.find_function(node, "_write_tensors") is not None:
             return Reading("overrides-write-tensors", HS_FP8, node.lineno)

@@ -14,7 +14,7 @@ import email.parser
 
 from .. import astkit
 from ..astkit import Reader
-from .base import Reading, Unknown
+from .base import Reading, Unknown, missing_file
 from .serve_connector import serve_probe
 
 CLIENT = "speculators/data_generation/vllm_client.py"
@@ -28,11 +28,7 @@ PACKAGE = "speculators/__init__.py"
 def _client(reader: Reader):
     """The client module's tree, or a Reading('absent') for a speculators without one, or Unknown."""
     tree = reader.module(CLIENT)
-    if tree is not None:
-        return tree
-    if reader.module(PACKAGE) is None:
-        return Unknown(f"{PACKAGE} not found: not a speculators source")
-    return Reading("absent", PACKAGE, None)
+    return tree if tree is not None else missing_file(reader, CLIENT, PACKAGE, "a speculators source")
 
 
 def _flocks(fn: ast.AST) -> bool:
@@ -114,7 +110,8 @@ def speculators_check_hidden_states(reader: Reader):
     """--validate-outputs' check_hidden_states: absent / no-aminmax / aminmax-raw (0.9.0: fails on float8 files)."""
     tree = reader.module(OFFLINE)
     if tree is None:
-        return _client(reader) if not isinstance(_client(reader), ast.Module) else Reading("absent", CLIENT, None)
+        client = _client(reader)
+        return client if not isinstance(client, ast.Module) else Reading("absent", CLIENT, None)
     fn = astkit.find_function(tree, "check_hidden_states")
     if fn is None:
         return Reading("absent", OFFLINE, None)
@@ -131,9 +128,7 @@ def speculators_launch_chunked_prefill(reader: Reader):
     """scripts/launch_vllm.py and chunked prefill: not-shipped (a wheel) / forces-off (0.6.0-0.7.0.x) / leaves."""
     text = reader.text(LAUNCH)
     if text is None:
-        if reader.module(PACKAGE) is None:
-            return Unknown(f"{PACKAGE} not found: not a speculators source")
-        return Reading("not-shipped", PACKAGE, None)
+        return missing_file(reader, LAUNCH, PACKAGE, "a speculators source", "not-shipped")
     if "--no-enable-chunked-prefill" in text:
         return Reading("forces-off", LAUNCH, None)
     if "chunked" in text:

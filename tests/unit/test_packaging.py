@@ -11,6 +11,8 @@ import sys
 import zipfile
 from pathlib import Path
 
+import compat
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -23,6 +25,7 @@ def test_the_wheel_builds_without_setuptools_warnings_and_holds_every_file(tmp_p
                 or "absent from the `packages`" in line]
     assert not warnings, "\n".join(warnings)
     (built,) = tmp_path.glob("specdec_compat-*.whl")
+    assert built.name.startswith(f"specdec_compat-{compat.__version__}-"), built.name  # the version's one source
     with zipfile.ZipFile(built) as archive:
         shipped = set(archive.namelist())
     expected = {p.relative_to(ROOT).as_posix() for p in (ROOT / "compat").rglob("*")

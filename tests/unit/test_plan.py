@@ -598,7 +598,7 @@ def _unproven_on_cpu_record(decisions, record: dict) -> set[str]:
 
 
 def test_proof_evidence_is_generated_from_the_records_and_current():
-    proc = subprocess.run([sys.executable, "fixtures/proofs/evidence.py", "--check"], cwd=ROOT, capture_output=True,
+    proc = subprocess.run([sys.executable, "-m", "ci", "proofs", "--check"], cwd=ROOT, capture_output=True,
                           text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
