@@ -72,18 +72,27 @@ def outcome_in(record: dict, module: str) -> str | None:
     return "passed" if "passed" in outcomes else "skipped"
 
 
+def found(patch, root: Path = ROOT) -> tuple[str | None, list[tuple[str, str, str]], list[str]] | None:
+    """(contract proof module, its (record, vLLM, outcome) per serve record that ran it, unit proofs); None where
+    this copy of the kit has no tests/ to read."""
+    if not (root / "tests").is_dir():
+        return None
+    module = contract_proof(patch, root)
+    seen = [(r["name"], r["vllm"], outcome_in(r, module)) for r in serve_records(root)] if module else []
+    return module, [row for row in seen if row[2]], unit_proofs(patch, root)
+
+
 def status(patch, root: Path = ROOT) -> str:
     """The proof status in words: which proof exists, and where its contract proof passed or failed."""
-    if not (root / "tests").is_dir():
+    proofs = found(patch, root)
+    if proofs is None:
         return "unknown: this copy of the kit has no tests/ (the repository's PATCHES.md says)"
+    module, ran, units = proofs
     parts = []
-    module = contract_proof(patch, root)
     if module:
-        seen = [(r["name"], r["vllm"], outcome_in(r, module)) for r in serve_records(root)]
-        ran = [f"{o} in `{name}` (vLLM {vllm})" for name, vllm, o in seen if o]
+        said = [f"{outcome} in `{name}` (vLLM {vllm})" for name, vllm, outcome in ran]
         parts.append(f"leave-one-out on a real `vllm serve`: `{module}`; "
-                     + ("; ".join(ran) if ran else "in no serve cell's record yet"))
-    units = unit_proofs(patch, root)
+                     + ("; ".join(said) if said else "in no serve cell's record yet"))
     if units:
         parts.append("left out and applied on the released file (no server; a lane's interpreter, no record): "
                      + ", ".join(f"`{u}`" for u in units))
@@ -91,15 +100,12 @@ def status(patch, root: Path = ROOT) -> str:
 
 
 def brief(patch, root: Path = ROOT) -> str:
-    """One word or two for the table: serve-passed, serve-failed, serve-unrun, file, none, unknown."""
-    if not (root / "tests").is_dir():
+    """A word or two for the table: serve: passed/failed/skipped/not run, released file, none yet, unknown."""
+    proofs = found(patch, root)
+    if proofs is None:
         return "unknown"
-    words = []
-    module = contract_proof(patch, root)
-    if module:
-        outcomes = {outcome_in(r, module) for r in serve_records(root)} - {None}
-        words.append("serve: failed" if "failed" in outcomes else "serve: passed" if "passed" in outcomes
-                     else "serve: skipped" if outcomes else "serve: not run")
-    if unit_proofs(patch, root):
-        words.append("released file")
-    return ", ".join(words) or "none yet"
+    module, ran, units = proofs
+    outcomes = {outcome for _, _, outcome in ran}
+    words = [next(f"serve: {o}" for o in ("failed", "passed", "skipped", "not run") if o in outcomes or o == "not run")
+             ] if module else []
+    return ", ".join(words + (["released file"] if units else [])) or "none yet"
