@@ -277,8 +277,10 @@ def test_the_page_shows_the_serve_cells_in_their_own_section_with_counts_and_sta
     assert "Totals: fail (stale) 1, pass 1" in serve
     assert "spec0.9.0" not in old.split("| vllm-cpu |", 1)[1]  # not in the old path's grid or totals
     assert "`vllm0.25.0-spec0.9.0` (fail)" in page.split("## Gaps", 1)[1]
-    unrun = coverage.render(DATA, {}, {}, suite=SUITE, gpu={}).split("## Modern path", 1)[1]
-    assert "| 0.25.0 | 0.9.0 | serve-low | not run yet |" in unrun
+    plans = {"vllm0.25.0-spec0.9.0": {"answer": "YES: with 3 patch(es)", "patches": ["a", "b", "c"]}}
+    unrun = coverage.render(DATA, {}, {}, plans, suite=SUITE, gpu={}).split("## Modern path", 1)[1]
+    assert "| 0.25.0 | 0.9.0 | serve-low | not run yet (plan: YES, 3 patches) |" in unrun
+    assert "| 0.32.0 | 0.9.0 | serve | not run yet |" in unrun
 
 
 def test_a_serve_cell_runs_its_lanes_serve_tests_and_writes_a_serve_record(tmp_path, monkeypatch):
