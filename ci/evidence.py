@@ -26,6 +26,8 @@ SUITE_PATHS = ("compat", "patches", "tests/contract")
 STATUSES = ("pass", "fail", "plan-no", "lane-broken")
 #: freshness of a record against a checkout
 CURRENT, STALE, LEGACY = "current", "stale", "legacy"
+#: which pipeline a run exercised: the old in-process generator, or the modern `vllm serve` path
+PATHS = ("old", "serve")
 
 
 class RecordError(ValueError):
@@ -50,6 +52,7 @@ class Record:
     error: str | None = None
     details: dict = dataclasses.field(default_factory=dict)  # kind-specific facts (a cell's plan, a GPU run's notes)
     schema: int = SCHEMA
+    path: str = "old"  # one of PATHS; records written before the modern path had cells are all "old"
 
     def freshness(self, suite: str) -> str:
         """CURRENT when this record ran the given suite; STALE when another; LEGACY when it carries no hash."""
@@ -71,8 +74,9 @@ class Record:
         if unknown or missing:
             raise RecordError(f"{where}: unknown fields {sorted(unknown)}, missing {sorted(missing)}")
         record = cls(**doc)
-        if record.status not in STATUSES or record.kind not in ("cell", "gpu"):
-            raise RecordError(f"{where}: status {record.status!r} / kind {record.kind!r} not known")
+        if record.status not in STATUSES or record.kind not in ("cell", "gpu") or record.path not in PATHS:
+            raise RecordError(f"{where}: status {record.status!r} / kind {record.kind!r} / path {record.path!r} "
+                              "not known")
         return record
 
 

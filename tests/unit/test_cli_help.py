@@ -98,15 +98,23 @@ def test_catalogue_honours_its_arguments():
 
 
 def test_catalogue_brief_is_one_line_per_patch_of_the_full_catalogue():
-    """The full catalogue is ~300 lines of markdown (issue 23); --brief names the same patches, one line each."""
+    """The full catalogue is ~400 lines of markdown (issue 23); --brief names the same patches, one line each: the
+    old path's, then the modern path's (issue 21)."""
     full = compat("catalogue").stdout
-    listed = re.findall(r"^## `([^`]+)`$", full, flags=re.M)
+    old, serve = full.split("\n# Modern path", 1)
+    listed = re.findall(r"^## `([^`]+)`$", old, flags=re.M)
+    listed_serve = re.findall(r"^## `([^`]+)`$", serve, flags=re.M)
     proc = compat("catalogue", "--brief")
     assert proc.returncode == 0 and "|" not in proc.stdout
     lines = proc.stdout.splitlines()
-    assert lines[0].split() == ["ID", "EDITS", "FIXES"]
-    assert [line.split()[0] for line in lines[1:-1]] == listed
-    assert lines[-1].startswith(f"{len(listed)} patches (") and len(lines) == len(listed) + 2
+    gap = lines.index("")
+    head, tail = lines[:gap], lines[gap + 1:]
+    assert head[0].split() == ["ID", "EDITS", "FIXES"]
+    assert [line.split()[0] for line in head[1:-1]] == listed
+    assert head[-1].startswith(f"{len(listed)} patches (") and len(head) == len(listed) + 2
+    assert tail[0].split()[:4] == ["ID", "TARGET", "PROOF", "FIXES"]
+    assert [line.split()[0] for line in tail[1:-1]] == listed_serve and len(listed_serve) >= 7
+    assert tail[-1].startswith(f"{len(listed_serve)} serve patches")
 
 
 def test_json_file_writes_what_json_prints(tmp_path):

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from compat import catalogue
+from compat import catalogue, serve_proofs
 from compat.registry import load_patches, validate
 from fixtures.synthetic import wheel_files
 from fixtures.wheels import wheel
@@ -58,6 +58,56 @@ def test_patch_composes_alone_and_when_left_out(pristine, variant, patch):
 def test_catalogue_is_generated_and_current():
     committed = (ROOT / "PATCHES.md").read_text()
     assert committed == catalogue.render(), "run: python -m compat.catalogue > PATCHES.md"
+
+
+SERVE = load_patches("serve")
+
+
+@pytest.mark.parametrize("patch", SERVE, ids=lambda p: p.id)
+def test_catalogue_lists_every_serve_declaration(patch):
+    """PATCHES.md, --brief and --json carry each serve declaration with its own fields, after the old path's."""
+    full = catalogue.render()
+    section = full[full.index("# Modern path"):]
+    entry = section[section.index(f"## `{patch.id}`"):]
+    entry = entry[:entry.index("\n## ", 1)] if "\n## " in entry[1:] else entry
+    for text in (patch.why, patch.how, patch.upstream, patch.removal, f"**Target.** `{patch.target}`",
+                 *patch.symptoms, catalogue.needed_when(patch), serve_proofs.status(patch)):
+        assert text in entry, text
+    assert f"| `{patch.id}` | {patch.title} | {patch.target} |" in section
+    brief = catalogue.render_brief().splitlines()
+    serve_rows = brief[brief.index(next(line for line in brief if "FIXES (modern path" in line)):]
+    assert any(line.split()[:2] == [patch.id, patch.target] and line.endswith(patch.title) for line in serve_rows)
+    listed = {p["id"]: p for p in catalogue.as_json()["serve_patches"]}
+    assert listed[patch.id]["target"] == patch.target and listed[patch.id]["proof"] == serve_proofs.status(patch)
+
+
+def test_serve_proof_status_reads_the_repository(tmp_path):
+    """A proof module by the kN convention, its outcome per serve record; unit proofs by the id they name; no
+    tests/ beside the kit: unknown, never a status."""
+    import json
+
+    k1 = next(p for p in SERVE if p.id == "vllm.serve.cpu_connector")
+    fp8 = next(p for p in SERVE if p.id == "speculators.serve.validate_fp8")
+    assert serve_proofs.status(k1, tmp_path).startswith("unknown")
+    (tmp_path / "tests/contract/serve").mkdir(parents=True)
+    assert serve_proofs.status(k1, tmp_path).startswith("none yet")
+    (tmp_path / "tests/contract/serve/test_k1_proof.py").write_text("")
+    assert "in no serve cell's record yet" in serve_proofs.status(k1, tmp_path)
+    assert serve_proofs.brief(k1, tmp_path) == "serve: not run"
+    records = tmp_path / "docs/coverage/records"
+    records.mkdir(parents=True)
+    proof = "tests/contract/serve/test_k1_proof.py::test_without_k1"
+    for name, vllm, outcome, path in (("a", "0.25.0", "passed", "serve"), ("b", "0.32.0", "failed", "serve"),
+                                      ("c", "0.32.0", "passed", "old")):
+        (records / f"{name}.json").write_text(json.dumps({"name": name, "path": path, "versions": {"vllm": vllm},
+                                                          "tests": [{"test": proof, "outcome": outcome}]}))
+    said = serve_proofs.status(k1, tmp_path)
+    assert "passed in `a` (vLLM 0.25.0)" in said and "failed in `b` (vLLM 0.32.0)" in said and "`c`" not in said
+    assert serve_proofs.brief(k1, tmp_path) == "serve: failed"
+    (tmp_path / "tests/unit").mkdir()
+    (tmp_path / serve_proofs.UNIT).write_text(f"def test_x():\n    pid = {fp8.id!r}\n\ndef test_y():\n    pass\n")
+    assert serve_proofs.unit_proofs(fp8, tmp_path) == [f"{serve_proofs.UNIT}::test_x"]
+    assert serve_proofs.brief(fp8, tmp_path) == "released file"
 
 
 def test_pipeline_stage_merge_keeps_layer_order(pristine):

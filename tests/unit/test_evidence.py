@@ -96,6 +96,7 @@ def test_records_round_trip_and_say_how_fresh_they_are(tmp_path):
     ({**_record().as_json(), "surprise": 1}, "unknown fields"),
     ({k: v for k, v in _record().as_json().items() if k != "suite"}, "missing"),
     ({**_record().as_json(), "status": "ok"}, "status 'ok'"),
+    ({**_record().as_json(), "path": "modern"}, "path 'modern'"),
 ])
 def test_a_record_of_another_shape_is_refused(doc, match):
     with pytest.raises(evidence.RecordError, match=match):
@@ -107,3 +108,11 @@ def test_a_record_filed_under_another_name_is_refused(tmp_path):
     (tmp_path / "vllm0.32.0-spec0.3.0.json").rename(tmp_path / "vllm0.11.0-spec0.3.0.json")
     with pytest.raises(evidence.RecordError, match="holds the record of"):
         evidence.load(tmp_path)
+
+
+def test_a_record_says_which_path_it_ran_and_one_written_before_paths_is_the_old_path(tmp_path):
+    serve = _record(path="serve")
+    evidence.write(serve, tmp_path)
+    assert evidence.load(tmp_path)[serve.name].path == "serve"
+    before = {k: v for k, v in _record().as_json().items() if k != "path"}  # the committed records' shape
+    assert evidence.Record.from_json(before).path == "old"

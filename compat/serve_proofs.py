@@ -1,0 +1,111 @@
+"""Where each modern-path (serve) patch's leave-one-out proof lives, and what the records say of it.
+
+Why: the catalogue must not claim a serve patch proven because it is declared.  The proof status is read from the
+repository itself: a contract proof on a real ``vllm serve`` is ``tests/contract/serve/test_kN_proof.py`` for the
+declaration ``patches/serve/kN_*.py``; a proof on the released file (no server) is a test of
+``tests/unit/test_serve_patch_proofs.py`` that names the patch id; the serve cells' records
+(``docs/coverage/records``, ``"path": "serve"``) say where the contract proof passed.  A copy of the kit without
+its ``tests/`` (an installed wheel) says ``unknown``, never a status.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+CONTRACT = "tests/contract/serve"
+UNIT = "tests/unit/test_serve_patch_proofs.py"
+RECORDS = "docs/coverage/records"
+
+
+def module_key(patch) -> str | None:
+    """``k1`` for the declaration defined in ``patches/serve/k1_cpu_connector.py`` (None: not a kN_ module)."""
+    for name, module in list(sys.modules.items()):
+        if ".serve." in name and getattr(module, "PATCH", None) is patch:
+            match = re.match(r"(k\d+)_", name.rsplit(".", 1)[-1])
+            return match.group(1) if match else None
+    return None
+
+
+def contract_proof(patch, root: Path = ROOT) -> str | None:
+    """The contract proof module of ``patch`` (a path relative to ``root``), if the repository has one."""
+    key = module_key(patch)
+    path = root / CONTRACT / f"test_{key}_proof.py"
+    return path.relative_to(root).as_posix() if key and path.is_file() else None
+
+
+def unit_proofs(patch, root: Path = ROOT) -> list[str]:
+    """The tests of the released-file proofs that name ``patch``'s id (node ids)."""
+    path = root / UNIT
+    if not path.is_file():
+        return []
+    found = []
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.FunctionDef) and node.name.startswith("test_") and any(
+                isinstance(c, ast.Constant) and c.value == patch.id for c in ast.walk(node)):
+            found.append(f"{UNIT}::{node.name}")
+    return found
+
+
+def serve_records(root: Path = ROOT) -> list[dict]:
+    """The serve cells' records (name, vLLM version, tests), by name."""
+    out = []
+    for path in sorted((root / RECORDS).glob("*.json")):
+        doc = json.loads(path.read_text())
+        if doc.get("path") == "serve":
+            out.append({"name": doc["name"], "vllm": (doc.get("versions") or {}).get("vllm"),
+                        "tests": {t["test"]: t["outcome"] for t in doc.get("tests") or []}})
+    return out
+
+
+def outcome_in(record: dict, module: str) -> str | None:
+    """The proof module's outcome in one record: failed, passed, skipped, or None (not run there)."""
+    outcomes = [o for test, o in record["tests"].items() if test.startswith(module + "::")]
+    if not outcomes:
+        return None
+    if any(o not in ("passed", "skipped") for o in outcomes):
+        return "failed"
+    return "passed" if "passed" in outcomes else "skipped"
+
+
+def found(patch, root: Path = ROOT) -> tuple[str | None, list[tuple[str, str, str]], list[str]] | None:
+    """(contract proof module, its (record, vLLM, outcome) per serve record that ran it, unit proofs); None where
+    this copy of the kit has no tests/ to read."""
+    if not (root / "tests").is_dir():
+        return None
+    module = contract_proof(patch, root)
+    seen = [(r["name"], r["vllm"], outcome_in(r, module)) for r in serve_records(root)] if module else []
+    return module, [row for row in seen if row[2]], unit_proofs(patch, root)
+
+
+def status(patch, root: Path = ROOT) -> str:
+    """The proof status in words: which proof exists, and where its contract proof passed or failed."""
+    proofs = found(patch, root)
+    if proofs is None:
+        return "unknown: this copy of the kit has no tests/ (the repository's PATCHES.md says)"
+    module, ran, units = proofs
+    parts = []
+    if module:
+        said = [f"{outcome} in `{name}` (vLLM {vllm})" for name, vllm, outcome in ran]
+        parts.append(f"leave-one-out on a real `vllm serve`: `{module}`; "
+                     + ("; ".join(said) if said else "in no serve cell's record yet"))
+    if units:
+        parts.append("left out and applied on the released file (no server; a lane's interpreter, no record): "
+                     + ", ".join(f"`{u}`" for u in units))
+    return ". ".join(parts) if parts else "none yet: no leave-one-out test of this patch"
+
+
+def brief(patch, root: Path = ROOT) -> str:
+    """A word or two for the table: serve: passed/failed/skipped/not run, released file, none yet, unknown."""
+    proofs = found(patch, root)
+    if proofs is None:
+        return "unknown"
+    module, ran, units = proofs
+    outcomes = {outcome for _, _, outcome in ran}
+    words = [next(f"serve: {o}" for o in ("failed", "passed", "skipped", "not run") if o in outcomes or o == "not run")
+             ] if module else []
+    return ", ".join(words + (["released file"] if units else [])) or "none yet"
