@@ -29,24 +29,13 @@ import pytest
 
 from compat.serve import ServeSpec, run
 
-from . import switch
-from .conftest import model_dir, prompts, work_dir
+from . import hybrid_models, switch
+from .conftest import prompts, work_dir
 
 pytestmark = [pytest.mark.serve, pytest.mark.proof]
 K5 = "vllm.serve.tp_page_size"
 TP2 = ["--tensor-parallel-size", "2", "--block-size", "32", "--enforce-eager"]
 ONE_RANK_A_CORE = {"VLLM_CPU_OMP_THREADS_BIND": "0|1"}  # as tests/contract/test_parallel.py
-
-
-def hybrid_llama() -> str:
-    """The widened tiny Llama with sliding-window layers 1 and 3 (vLLM's ``layer_types``), float32."""
-    from fixtures.tiny_model import _patch_json, build_tiny_llama
-
-    path = build_tiny_llama(model_dir("serve-tiny-llama-h1024-swa"), hidden_size=1024, heads=32, kv_heads=2,
-                            head_dim=32)
-    _patch_json(str(Path(path) / "config.json"), sliding_window=256,
-                layer_types=["full_attention", "sliding_attention", "full_attention", "sliding_attention"])
-    return path
 
 
 @pytest.fixture(scope="module")
@@ -59,8 +48,8 @@ def needed(serve_lane):
 
 
 def spec(name: str) -> ServeSpec:
-    model = hybrid_llama()
-    assert max(len(p) for c in prompts(0, 512, 64) for p in c) < 256  # inside the window: HF's attention is the same
+    model = hybrid_models.swa_llama()
+    assert max(len(p) for c in prompts(0, 512, 64) for p in c) < hybrid_models.WINDOW  # HF: the same attention
     return ServeSpec(model=model, work_dir=work_dir(name), calls=prompts(0, 512, 64), extra_args=TP2,
                      env=ONE_RANK_A_CORE)
 
