@@ -68,6 +68,10 @@ def vllm_patches(vllm_base):
     switch.only("vllm", vllm_base)
 
 
+#: a leave-one-out run may crash the engine mid-request: bounded waits, so a hung server fails the test in minutes
+BOUNDED = {"start_timeout_s": 300.0, "client_timeout_s": 300.0}
+
+
 def prompts(seed: int, vocab: int, budget: int) -> list[list[list[int]]]:
     """Two client runs: 11 prompts, then 33 (32 in flight and one waiting) holding a prompt of 3x the token budget
     and a repeat of a 64-token prompt of the first run (a prefix-cache hit)."""

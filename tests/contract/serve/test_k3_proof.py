@@ -25,7 +25,7 @@ import pytest
 from compat.serve import ServeSpec, run
 
 from . import hybrid_models, switch
-from .conftest import prompts, work_dir
+from .conftest import BOUNDED, prompts, work_dir
 
 pytestmark = [pytest.mark.serve, pytest.mark.proof]
 K3 = "vllm.serve.hybrid_block_size"
@@ -38,7 +38,8 @@ def needed(serve_lane):
 
 def spec(name: str) -> ServeSpec:
     return ServeSpec(model=hybrid_models.qwen3_next(), work_dir=work_dir(name), calls=prompts(3, 512, 64),
-                     enable_prefix_caching=False, logprobs_check=False, extra_args=["--enforce-eager"])
+                     enable_prefix_caching=False, logprobs_check=False, extra_args=["--enforce-eager"],
+                     **BOUNDED)
 
 
 def test_without_k3_no_file_holds_the_hybrid_verifiers_rows(needed, vllm_patches):

@@ -27,7 +27,7 @@ import pytest
 from compat.serve import ServeSpec, run
 
 from . import switch
-from .conftest import prompts, work_dir
+from .conftest import BOUNDED, prompts, work_dir
 
 pytestmark = [pytest.mark.serve, pytest.mark.proof]
 K4 = "vllm.serve.deepseek_final_layer"
@@ -43,7 +43,7 @@ def spec(name: str) -> ServeSpec:
     from fixtures import tiny_mla
 
     return ServeSpec(model=tiny_mla.build("deepseek"), work_dir=work_dir(name), calls=prompts(1, 512, 64),
-                     extra_args=["--enforce-eager"], env=NO_CPU_MLA)
+                     extra_args=["--enforce-eager"], env=NO_CPU_MLA, **BOUNDED)
 
 
 def test_without_k4_the_final_id_is_missing(needed, vllm_patches):

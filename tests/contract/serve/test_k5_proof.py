@@ -30,7 +30,7 @@ import pytest
 from compat.serve import ServeSpec, run
 
 from . import hybrid_models, switch
-from .conftest import prompts, work_dir
+from .conftest import BOUNDED, prompts, work_dir
 
 pytestmark = [pytest.mark.serve, pytest.mark.proof]
 K5 = "vllm.serve.tp_page_size"
@@ -47,7 +47,7 @@ def spec(name: str) -> ServeSpec:
     model = hybrid_models.swa_llama()
     assert max(len(p) for c in prompts(0, 512, 64) for p in c) < hybrid_models.WINDOW  # HF: the same attention
     return ServeSpec(model=model, work_dir=work_dir(name), calls=prompts(0, 512, 64), extra_args=TP2,
-                     env=ONE_RANK_A_CORE)
+                     env=ONE_RANK_A_CORE, **BOUNDED)
 
 
 def test_without_k5_tp2_start_up_fails_on_the_page_size_assert(needed, vllm_patches):
