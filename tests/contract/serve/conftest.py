@@ -35,13 +35,41 @@ def serve_lane():
 
 
 @pytest.fixture(scope="session")
-def k1_on(serve_lane):
-    """K1 applied for the session; the lane's vLLM is left pristine afterwards."""
+def vllm_base(serve_lane):
+    """The kit's patches every serve run on this vLLM needs (K1 where vLLM needs it), applied for the session;
+    the lane's vLLM is left pristine afterwards."""
+    from . import k1, switch
+
+    made, _ = k1.decision()
+    base = [k1.PATCH_ID] if made.verdict == "needed" else []
+    switch.only("vllm", base)
+    yield base
+    switch.only("vllm", [])
+
+
+@pytest.fixture(scope="session")
+def k1_on(vllm_base):
+    """K1 applied for the session (this vLLM must need it)."""
     from . import k1
 
-    k1.set_applied(True)
-    yield
-    k1.set_applied(False)
+    if k1.PATCH_ID not in vllm_base:
+        made, _ = k1.decision()
+        raise AssertionError(f"K1 is {made.verdict} on this vLLM: {made.reason}")
+    return vllm_base
+
+
+@pytest.fixture
+def vllm_patches(vllm_base):
+    """``put(*ids)``: the session's base patches plus ``ids`` on vLLM for one test; the base alone afterwards.
+    A leave-one-out proof calls ``put()`` (its patch left out) and ``put(ID)`` (applied)."""
+    from . import switch
+
+    yield lambda *ids: switch.only("vllm", [*vllm_base, *ids])
+    switch.only("vllm", vllm_base)
+
+
+#: a leave-one-out run may crash the engine mid-request: bounded waits, so a hung server fails the test in minutes
+BOUNDED = {"start_timeout_s": 300.0, "client_timeout_s": 300.0}
 
 
 def prompts(seed: int, vocab: int, budget: int) -> list[list[list[int]]]:

