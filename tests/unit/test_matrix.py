@@ -308,8 +308,8 @@ def test_a_serve_cell_runs_its_lanes_serve_tests_and_writes_a_serve_record(tmp_p
     record = cell.run_cell(target, ["-k", "llama"])
     assert written == [record] and record.path == "serve" and record.status == "pass" and record.tests == tests
     assert record.name == "vllm0.32.0-spec0.9.0" and record.suite and record.device["kind"] == "cpu"
-    assert record.pytest_args == ["-p", "no:cacheprovider", "--durations=6", "-m", "serve", "tests/contract/serve",
-                                  "-k", "llama"]
+    assert record.pytest_args == ["-p", "no:cacheprovider", "--durations=6", "-m", "serve and not parallel",
+                                  "tests/contract/serve", "-k", "llama"]
     assert record.details["lane"] == "serve" and record.details["contract_seconds"] == 99.0
     assert calls == [("build", "serve", False), ("kit", "serve"), ("spec", "0.9.0"),
                      ("pytest", record.pytest_args), ("restore", found)]
