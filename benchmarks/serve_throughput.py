@@ -29,7 +29,7 @@ from compat.layout import cache_root  # noqa: E402
 from compat.serve import ServeSpec  # noqa: E402
 from compat.serve import client  # noqa: E402
 from compat.serve.server import Server, ServerError  # noqa: E402
-from tests.contract.serve import k1  # noqa: E402
+from tests.contract.serve import k1, switch  # noqa: E402
 
 
 def import_seconds() -> float:
@@ -81,7 +81,7 @@ def main() -> int:
     prompts = [[rng.randrange(4, 512) for _ in range(args.length)] for _ in range(args.prompts)]
     tokens = args.prompts * args.length
     made, _ = k1.decision()
-    was_applied = k1.is_applied()
+    was_applied = switch.is_applied(k1.PATCH_ID)
     work = Path(tempfile.mkdtemp(prefix="serve-bench-"))
     common = dict(model=model, calls=[prompts], max_model_len=max(512, args.length + 16), concurrency=args.concurrency,
                   enable_prefix_caching=False, layer_ids=[int(k) for k in args.layer_ids.split(",")])
