@@ -15,7 +15,9 @@ PATCH = Patch(
         "lock wait arrived in speculators 0.6.0."
     ),
     how="In extract_output, when <path>.lock exists, take a shared flock on it (blocks until vLLM's writer "
-        "releases its exclusive one), as vLLM's own load_hidden_states does.",
+        "releases its exclusive one), as vLLM's own load_hidden_states does. The async client calls extract_output "
+        "through asyncio.to_thread, so a wait blocks one worker thread, not the event loop that carries the other "
+        "requests in flight (0.6.0 polls a non-blocking flock from the loop for the same reason).",
     upstream="vllm-project/speculators#424, #566 (in 0.6.0)",
     removal="when speculators 0.5.0 is no longer supported",
     target="speculators",
@@ -35,6 +37,10 @@ PATCH = Patch(
                                '            with open(_path + ".lock") as _lock:\n'
                                "                fcntl.flock(_lock, fcntl.LOCK_SH)  # sleeps until the writer is done\n",
                            "    "),
+                ),
+                insert_before(
+                    "    return extract_output(completion, token_ids)\n\n\n@with_retries\ndef generate_hidden_states(",
+                    fenced(ID, "    return await asyncio.to_thread(extract_output, completion, token_ids)\n", "    "),
                 ),
             )
         }

@@ -114,6 +114,11 @@ def _fixed_lock_wait(overlay, source):
     assert [ast.unparse(n.args[1]) for n in flocks] == ["fcntl.LOCK_SH"]
     returns = [n for n in ast.walk(fn) if isinstance(n, ast.Return)]
     assert all(r.lineno > flocks[0].lineno for r in returns[-1:])  # the path is handed on after the wait
+    # the async client waits in a worker thread: its first return awaits extract_output there, off the event loop
+    fn = next(n for n in ast.parse(overlay.read("speculators/data_generation/vllm_client.py")).body
+              if isinstance(n, ast.AsyncFunctionDef) and n.name == "generate_hidden_states_async")
+    first = next(n for n in ast.walk(fn) if isinstance(n, ast.Return))
+    assert ast.unparse(first.value) == "await asyncio.to_thread(extract_output, completion, token_ids)"
 
 
 def _method_free(text: str, name: str) -> ast.FunctionDef:
