@@ -75,16 +75,50 @@ def _weights(model: str, suffixes: tuple[str, ...]) -> dict[str, "object"]:
     return out
 
 
+#: The final norm's form per HF ``model_type`` (of the text config): ``x * w`` or zero-centred ``x * (1 + w)``
+#: (transformers' Qwen3NextRMSNorm, Qwen3_5RMSNorm, GemmaRMSNorm).  A type not listed is not guessed: the logits
+#: check says it could not rebuild them.
+RMS_NORM = {"llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "deepseek_v2", "deepseek_v3",
+            "kimi_k2", "glm4_moe", "phi3", "olmo2"}
+ZERO_CENTRED_RMS_NORM = {"qwen3_next", "qwen3_5", "qwen3_5_moe", "gemma"}
+#: config keys that change the logits after the head (Gemma-2's softcap, Granite's scaling): not rebuilt here
+LOGIT_TRANSFORMS = ("final_logit_softcapping", "logits_scaling")
+
+
+class NormUnknown(ValueError):
+    """The checkpoint's final norm form is not known here, so its logits are not rebuilt."""
+
+
+def text_config(model: str) -> dict:
+    """The checkpoint's text config (a multimodal wrapper's ``text_config``, else the config itself)."""
+    config = json.loads((Path(model) / "config.json").read_text())
+    return config.get("text_config") or config
+
+
+def norm_offset(text_config: dict) -> float:
+    """0 for ``x * w``, 1 for ``x * (1 + w)``; NormUnknown for a model type whose norm is not known here."""
+    kind = text_config.get("model_type")
+    transforms = [k for k in LOGIT_TRANSFORMS if text_config.get(k) not in (None, 1, 1.0)]
+    if transforms:
+        raise NormUnknown(f"model_type {kind!r} transforms its logits after the head ({', '.join(transforms)})")
+    if kind in RMS_NORM:
+        return 0.0
+    if kind in ZERO_CENTRED_RMS_NORM:
+        return 1.0
+    raise NormUnknown(f"model_type {kind!r}: its final norm's form (x*w or x*(1+w)) is not known to the kit")
+
+
 def final_logprobs(model: str, final_rows):
     """``log_softmax(lm_head(rmsnorm(h_L)))`` ``[T, vocab]`` from the checkpoint's weights (tied head allowed)."""
     import torch
 
     config = json.loads((Path(model) / "config.json").read_text())
     text = config.get("text_config") or config
+    offset = norm_offset(text)
     tied = bool(text.get("tie_word_embeddings", config.get("tie_word_embeddings", False)))
     head = "embed_tokens.weight" if tied else "lm_head.weight"
     weights = _weights(model, ("norm.weight", head))
     eps = float(text.get("rms_norm_eps", 1e-6))
     h = final_rows.float()
-    normed = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps) * weights["norm.weight"]
+    normed = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps) * (offset + weights["norm.weight"])
     return torch.log_softmax(normed @ weights[head].T, dim=-1)
