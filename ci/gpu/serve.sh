@@ -1,0 +1,64 @@
+#!/bin/bash
+# The modern (serve) path on the GPU: vLLM 0.20.0 (the payload) + speculators 0.9.0's own client, on the device.
+# Runs in $T/src (this commit, unpacked from .gpu-lane/gpuserve/src.tgz: ci/gpu/serve_pack.sh) on the GPU machine after
+# device.sh stage1, stage2 and part3 (the API server's imports, _moe_C,
+# FlashMLA); results go to $OUT (at most 8 files come back a call: per pytest verb NAME.txt + junit_NAME.xml, per call
+# one records.jsonl (a line per serve run) and one logs.tgz (every run's server and client logs so far).
+#   bash ci/gpu/serve.sh prep                 # speculators 0.9.0 + hs-connectors + datasets into $T/spec09
+#                                             # (wheels in .gpu-lane/gpuserve/spec09: carry .gpu-lane/gpuserve)
+#   bash ci/gpu/serve.sh pytest NAME ARGS...  # pytest on the GPU modules (ci/gpu/test_h200_*.py), junit + records
+#   bash ci/gpu/serve.sh confirm DTYPE        # `compat confirm --path serve` on the tiny Llama the tests built
+set -u
+T=${GPU_LANE_TMP:-/tmp/gl}; OUT=${OUT:?set OUT}; mkdir -p "$T"
+export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 VLLM_NO_USAGE_STATS=1 PYTHONUNBUFFERED=1
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+export SPECDEC_COMPAT_CACHE=$T/cache SPECDEC_COMPAT_LANE=gpu-serve
+WHEELS=${GPU_SERVE_WHEELS:?the folder of serve_pack.sh spec09 wheels}
+step=${1:?prep | pytest NAME ARGS... | confirm DTYPE}
+
+serve_env() {  # one speculators (0.9.0) on the path: the payload's 0.4.0.1 (payload/spec) is left off
+  for d in "$T/payload/site/vllm" "$T/part3" "$T/spec09"; do
+    [ -d "$d" ] || { echo "missing $d: run device.sh stage1, stage2 -, part3 - and serve.sh prep first"; exit 3; }
+  done
+  export PYTHONPATH=$T/payload/site:$T/part3:$T/spec09:$PWD
+  export GPU_SERVE_RECORDS=$OUT/records.jsonl
+}
+
+logs() {  # the servers' and clients' logs (no hidden-state files): <cache>/serve-runs/<lane>/<run>/
+  [ -d "$T/cache/serve-runs" ] && (cd "$T/cache" && find serve-runs -name "*.log" -size -20M | tar -czf "$OUT/logs.tgz" -T -)
+}
+
+case $step in
+prep)
+  python3 -m pip install -q --no-deps --no-index --no-compile --target "$T/spec09" "$WHEELS"/*.whl || exit 4
+  { date -u; nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader; python3 --version
+    python3 -m pip list 2>/dev/null | grep -iE "^(torch|transformers|pyarrow|pandas|fsspec|huggingface.hub|xxhash|aiohttp|typer|rich|click|httpx|tqdm|psutil|protobuf) "
+    ls "$T/spec09" | grep dist-info
+    PYTHONPATH=$T/spec09 python3 -c "import datasets; print('datasets', datasets.__version__, 'imports')" 2>&1 | tail -2
+  } > "$OUT/serve_machine.txt" 2>&1
+  cat "$OUT/serve_machine.txt"
+  ;;
+pytest)
+  name=${2:?NAME}; shift 2
+  serve_env "$name"
+  set -o pipefail
+  timeout "${GPU_LANE_BUDGET_S:-540}" python3 -m pytest -p no:cacheprovider -o addopts= -o junit_logging=system-out \
+      -rA --durations=10 --basetemp="$T/pt-$name" --junitxml="$OUT/junit_$name.xml" "$@" 2>&1 | tee "$OUT/$name.txt"
+  echo "pytest rc=$?" | tee -a "$OUT/$name.txt"
+  logs
+  ;;
+confirm)
+  dtype=${2:?DTYPE}
+  serve_env confirm
+  model=$T/cache/models/serve-tiny-llama
+  [ -f "$model/config.json" ] || python3 -c "import sys; from fixtures.tiny_model import build_tiny_llama; build_tiny_llama(sys.argv[1])" "$model"
+  timeout "${GPU_LANE_BUDGET_S:-300}" python3 -m compat.cli confirm --path serve --model "$model" --dtype "$dtype" \
+      --json-file "$OUT/confirm_serve_$dtype.json" > "$OUT/confirm_serve_$dtype.txt" 2>&1
+  echo "compat confirm --path serve ($dtype): rc=$?" | tee -a "$OUT/confirm_serve_$dtype.txt"
+  for log in "${TMPDIR:-/tmp}"/compat-serve-*/vllm-serve.log; do  # its server log (a temp work dir)
+    [ -f "$log" ] && { echo "== $log (errors)"; grep -E "Error|Traceback|backend" "$log" | tail -20; } >> "$OUT/confirm_serve_$dtype.txt"
+  done
+  cat "$OUT/confirm_serve_$dtype.txt"
+  ;;
+*) echo "unknown step $step"; exit 2 ;;
+esac
