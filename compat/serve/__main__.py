@@ -29,6 +29,14 @@ def default_calls(vocab: int, budget: int, seed: int = 0) -> list[list[list[int]
 MAX_MODEL_LEN = ServeSpec.__dataclass_fields__["max_model_len"].default
 
 
+def served_device() -> str:
+    """The device row of the tolerance table: ``cpu`` for a CPU build of vLLM, else ``cuda`` (whose float32
+    attention runs in TF32: a CPU bound there failed a right H200 run, docs/gpu/serve)."""
+    from compat.confirm.memory import cpu_build
+
+    return "cpu" if cpu_build() else "cuda"
+
+
 def cpu_mla(model: str) -> str:
     """Why the server must run unchunked here ('' where it need not): an MLA model on vLLM's CPU platform.
 
@@ -42,14 +50,12 @@ def cpu_mla(model: str) -> str:
     import os
     from pathlib import Path
 
-    from compat.confirm.memory import cpu_build
-
     try:
         config = _json.loads((Path(model) / "config.json").read_text())
     except (OSError, ValueError):
         return ""  # ServeSpec says what is wrong with the checkpoint
     text = config.get("text_config") or config
-    if "kv_lora_rank" not in text or os.environ.get("VLLM_MLA_DISABLE") == "1" or not cpu_build():
+    if "kv_lora_rank" not in text or os.environ.get("VLLM_MLA_DISABLE") == "1" or served_device() != "cpu":
         return ""
     return ("an MLA model on vLLM's CPU platform: vLLM runs it without chunked prefill or a prefix cache and never "
             "schedules a prompt longer than --max-num-batched-tokens (a silent hang), so the server starts with "
@@ -75,7 +81,8 @@ def main(argv=None) -> int:
         spec = ServeSpec(model=args.model, work_dir=args.work_dir or tempfile.mkdtemp(prefix="compat-serve-"),
                          calls=default_calls(args.vocab, args.budget), layer_ids=layers, dtype=args.dtype,
                          max_num_batched_tokens=max(args.budget, MAX_MODEL_LEN) if unchunked else args.budget,
-                         enable_chunked_prefill=not unchunked, enable_prefix_caching=not unchunked)
+                         enable_chunked_prefill=not unchunked, enable_prefix_caching=not unchunked,
+                         device=served_device())
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
