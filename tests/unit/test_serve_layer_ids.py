@@ -181,3 +181,15 @@ def test_confirm_serve_refuses_repeated_ids_with_exit_2_and_touches_nothing(tmp_
 def test_unsorted_unique_ids_are_taken_and_compared_in_ascending_order(tmp_path):
     spec = ServeSpec(model=_model(tmp_path, 4), work_dir=tmp_path / "w", calls=[[[5]]], layer_ids=[4, 0, 2])
     assert spec.layer_ids == [4, 0, 2] and spec.rows == [0, 2, 4]
+
+
+def test_compat_confirm_path_serve_refuses_them_too(tmp_path, capsys):
+    import argparse
+
+    from compat.confirm.cli import add_arguments, run as confirm_run
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    args = parser.parse_args(["--path", "serve", "--model", _model(tmp_path, 5)])  # default [2, 2, 2, 5]
+    assert confirm_run(args) == 2
+    assert "speculators' default" in capsys.readouterr().err
