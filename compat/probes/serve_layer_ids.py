@@ -24,6 +24,8 @@ from compat.probes.serve_connector import serve_probe
 NAME = "serve.layer_ids.repeated"
 PROPOSER = ("vllm/v1/spec_decode/extract_hidden_states.py", "ExtractHiddenStatesProposer")
 CACHE_MODEL = ("vllm/model_executor/models/extract_hidden_states.py", "ExtractHiddenStatesModel")
+#: the V2 model runner's extractor (0.29+), read where the release has it
+V2_EXTRACTOR = ("vllm/v1/worker/gpu/spec_decode/extract_hidden_states.py", "ExtractHiddenStatesSpeculator")
 #: where the capture's membership test lives: the mixin from 0.18, LlamaModel itself in 0.17
 CAPTURE = (("vllm/model_executor/models/interfaces.py", "EagleModelMixin"),
            ("vllm/model_executor/models/llama.py", "LlamaModel"))
@@ -77,7 +79,8 @@ def repeated_layer_ids(reader) -> Reading | Unknown:
     if proposer is None:
         return method_absent(reader, f"{PROPOSER[0]} not found")  # absent: no extract_hidden_states (<= 0.16)
     counts = []
-    for path, name in (PROPOSER, CACHE_MODEL):
+    v2 = (V2_EXTRACTOR,) if reader.module(V2_EXTRACTOR[0]) is not None else ()
+    for path, name in (PROPOSER, CACHE_MODEL, *v2):
         tree = proposer if path == PROPOSER[0] else reader.module(path)
         cls = _class(tree, name) if tree is not None else None
         counted = _row_count(cls) if cls is not None else None
@@ -95,8 +98,9 @@ def repeated_layer_ids(reader) -> Reading | Unknown:
     if capture is None:
         return Unknown("no membership test on aux_hidden_state_layers in EagleModelMixin or LlamaModel: "
                        "the capture order and count are not read")
-    if counts == ["per-id", "per-id"]:
-        return Reading("repeated-ids-kill-engine", PROPOSER[0], _row_count(_class(proposer, PROPOSER[1]))[1])
-    if counts == ["per-unique-id", "per-unique-id"]:
-        return Reading("repeated-ids-collapse", PROPOSER[0], _row_count(_class(proposer, PROPOSER[1]))[1])
-    return Unknown(f"the proposer counts rows {counts[0]}, the cache-only model {counts[1]}: a shape not seen")
+    line = _row_count(_class(proposer, PROPOSER[1]))[1]
+    if set(counts) == {"per-id"}:
+        return Reading("repeated-ids-kill-engine", PROPOSER[0], line)
+    if set(counts) == {"per-unique-id"}:
+        return Reading("repeated-ids-collapse", PROPOSER[0], line)
+    return Unknown(f"the proposer, the cache-only model (and the V2 extractor) count rows {counts}: a shape not seen")

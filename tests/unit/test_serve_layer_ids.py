@@ -33,6 +33,7 @@ from tests.unit.test_probe_refactors import Overlay
 NAME = "serve.layer_ids.repeated"
 PROPOSER = "vllm/v1/spec_decode/extract_hidden_states.py"
 CACHE_MODEL = "vllm/model_executor/models/extract_hidden_states.py"
+V2_EXTRACTOR = "vllm/v1/worker/gpu/spec_decode/extract_hidden_states.py"  # the V2 runner's, 0.29+
 INTERFACES = "vllm/model_executor/models/interfaces.py"
 
 
@@ -53,7 +54,7 @@ def test_repeated_and_prescribed():
 
 def test_a_release_that_counted_unique_ids_would_collapse(release_032):
     overlay = Overlay(release_032)
-    for path in (PROPOSER, CACHE_MODEL):
+    for path in (PROPOSER, CACHE_MODEL, V2_EXTRACTOR):
         text = overlay.read(path)
         overlay.files[path] = text.replace("self.num_hidden_states = len(layer_ids)",
                                            "self.num_hidden_states = len(set(layer_ids))").replace(
@@ -62,6 +63,15 @@ def test_a_release_that_counted_unique_ids_would_collapse(release_032):
                         '"eagle_aux_hidden_state_layer_ids", [])))')
         assert overlay.files[path] != text, path
     assert _read(overlay).value == "repeated-ids-collapse"
+
+
+def test_a_v2_extractor_still_counting_every_id_is_unknown(release_032):
+    overlay = Overlay(release_032)
+    for path in (PROPOSER, CACHE_MODEL):
+        overlay.files[path] = overlay.read(path).replace("len(layer_ids)", "len(set(layer_ids))").replace(
+            "self.num_hidden_states = len(\n", "self.num_hidden_states = len(set(\n").replace(
+            '"eagle_aux_hidden_state_layer_ids", [])\n        )', '"eagle_aux_hidden_state_layer_ids", [])\n        ))')
+    assert isinstance(_read(overlay), Unknown)
 
 
 def test_proposer_and_cache_model_disagreeing_is_unknown(release_032):
