@@ -74,11 +74,17 @@ def test_a_v2_extractor_still_counting_every_id_is_unknown(release_032):
     assert isinstance(_read(overlay), Unknown)
 
 
-def test_proposer_and_cache_model_disagreeing_is_unknown(release_032):
-    overlay = Overlay(release_032)
+def _proposer_counting(release, expression: str):
+    """The release with the proposer's ``self.num_hidden_states = len(layer_ids)`` counted as ``expression``."""
+    overlay = Overlay(release)
     overlay.files[PROPOSER] = overlay.read(PROPOSER).replace("self.num_hidden_states = len(layer_ids)",
-                                                             "self.num_hidden_states = len(set(layer_ids))")
-    assert isinstance(_read(overlay), Unknown)
+                                                             f"self.num_hidden_states = {expression}")
+    assert overlay.files[PROPOSER] != overlay.base.read(PROPOSER)
+    return overlay
+
+
+def test_proposer_and_cache_model_disagreeing_is_unknown(release_032):
+    assert isinstance(_read(_proposer_counting(release_032, "len(set(layer_ids))")), Unknown)
 
 
 def test_a_capture_without_the_membership_test_is_unknown(release_032):
@@ -91,10 +97,7 @@ def test_a_capture_without_the_membership_test_is_unknown(release_032):
 
 
 def test_a_count_computed_otherwise_is_unknown(release_032):
-    overlay = Overlay(release_032)
-    overlay.files[PROPOSER] = overlay.read(PROPOSER).replace("self.num_hidden_states = len(layer_ids)",
-                                                             "self.num_hidden_states = count_rows(layer_ids)")
-    assert isinstance(_read(overlay), Unknown)
+    assert isinstance(_read(_proposer_counting(release_032, "count_rows(layer_ids)")), Unknown)
 
 
 # -- compat plan --layer-ids --------------------------------------------------------------------------------------
