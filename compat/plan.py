@@ -71,13 +71,28 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--require-proven", action="store_true",
                         help="answer NO (exit 1) when a needed patch was never proven on this vLLM release line "
                         "with this speculators generator (the records' leave-one-out runs, compat/proof_evidence.py)")
+    parser.add_argument("--layer-ids", type=layer_ids, metavar="A,B,...",
+                        help="serve path: the eagle_aux_hidden_state_layer_ids you will launch vllm serve with; repeated "
+                        "ids are answered NO (the engine dies on the first request)")
     parser.add_argument("--json", action="store_true", help="print the JSON document to stdout instead of the table")
     parser.add_argument("--json-file", metavar="PATH", help="also write the JSON document to PATH")
+
+
+def layer_ids(text: str) -> list[int]:
+    """``2,30,58,61`` -> ids (argparse turns the ValueError into a usage error, exit 2)."""
+    ids = [int(x) for x in text.split(",")]
+    if any(k < 0 for k in ids):
+        raise ValueError(text)
+    return ids
 
 
 def run(args: argparse.Namespace) -> int:
     if plan_serve.wants(args.speculators):  # speculators >= 0.5: the vllm serve path
         return plan_serve.run(args)
+    if getattr(args, "layer_ids", None):
+        print("error: --layer-ids is for the serve path (speculators >= 0.5); the generator takes its ids per call",
+              file=sys.stderr)
+        return report.ENVIRONMENT
     try:
         vllm = open_source(args.wheel)
         surface = evaluate(vllm, None, only="vllm")

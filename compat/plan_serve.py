@@ -21,6 +21,7 @@ from . import exit_policy, registry, report
 from .astkit import Reader
 from .layout import cache_root
 from .probes import PROBES, Unknown
+from .probes.serve_layer_ids import prescribed, repeated
 from .sources import InstalledSource, SourceError, open_source
 from .surface import evaluate, installed_sources
 from .verdicts import Decision
@@ -140,6 +141,27 @@ def rules(surface) -> list[Rule]:
     return out
 
 
+def layer_id_rules(surface, ids: list[int] | None) -> list[Rule]:
+    """What this vLLM does with the user's ids (``compat plan --layer-ids``): repeated ids are NO, unsorted a NOTE."""
+    if not ids or surface.values.get("serve.method") == "absent":
+        return []
+    state, twice, fix = surface.values.get("serve.layer_ids.repeated"), repeated(ids), prescribed(ids)
+    if twice and state == "repeated-ids-kill-engine":
+        return [Rule("NO", f"layer ids {ids} repeat {twice}: this vLLM sizes the extract buffer by len(ids) "
+                           f"({len(ids)}) but captures each layer once ({len(fix)} rows), so the first request kills "
+                           f"the engine (\"The expanded size of the tensor ({len(ids)}) must match the existing size "
+                           f"({len(fix)})\"); pass the unique ascending ids {fix}")]
+    if twice and state == "repeated-ids-collapse":
+        return [Rule("NOTE", f"layer ids {ids} repeat {twice}: the files hold one row per id, {fix}")]
+    if twice:
+        return [Rule("NO", f"layer ids {ids} repeat {twice} and how this vLLM treats that could not be read "
+                           f"({getattr(state, 'reason', state)}); vLLM 0.17-0.33 die on them: pass {fix}")]
+    if ids != fix and state in ("repeated-ids-kill-engine", "repeated-ids-collapse"):
+        return [Rule("NOTE", f"the files' rows come in ascending id order {fix}, not in the order given {ids} "
+                             "(each layer is captured once, inside the layer loop)")]
+    return []
+
+
 def answer(decisions, surface, found: list[Rule]) -> tuple[str, int]:
     blockers = [r for r in found if r.word == "NO" and r.scope == "every model"]
     if blockers:
@@ -161,14 +183,15 @@ def _worded(word: str, text: str) -> tuple[str, int]:
     return f"{word}: {text}", exit_policy.code_of_word("plan", word)
 
 
-def judge_surface(surface):
-    """(decisions, rules, (answer, exit code)) for a surface that holds the vLLM, speculators and hs-connectors probes."""
+def judge_surface(surface, layer_ids: list[int] | None = None):
+    """(decisions, rules, (answer, exit code)) for a surface that holds the vLLM, speculators and hs-connectors probes,
+    and the user's layer ids when known."""
     decisions = [
         Decision(d.patch, "out-of-range", "hs-connectors is not paired here (the file backend does not use it)")
         if d.patch.target == "hs_connectors" and "hs_connectors" not in surface.packages else d
         for d in registry.select(surface, registry.load_patches("serve"))
     ]
-    found = rules(surface)
+    found = rules(surface) + layer_id_rules(surface, layer_ids)
     return decisions, found, answer(decisions, surface, found)
 
 
@@ -199,7 +222,7 @@ def run(args) -> int:
     if speculators is None:
         surface.packages["speculators"] = {"name": "speculators", "version": args.speculators, "kind": "named"}
     paired["hs_connectors"] = _hs_connectors(surface)
-    decisions, found, (text, code) = judge_surface(surface)
+    decisions, found, (text, code) = judge_surface(surface, getattr(args, "layer_ids", None))
     if speculators is None:  # a bare version whose wheel is not here: its client cannot be read
         text, code = _worded("UNKNOWN", f"speculators {args.speculators} cannot be read here "
                                         f"({paired['speculators']}); do not install blind")

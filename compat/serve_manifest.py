@@ -92,6 +92,9 @@ class Manifest:
             raise ManifestError("ids is empty: extract_hidden_states needs at least one layer id")
         for i in self.ids:
             _check(self.convention, i, self.num_layers)
+        if len(set(self.ids)) != len(self.ids):  # vLLM 0.17-0.33: the engine dies on them, no file holds them
+            raise ManifestError(f"ids {self.ids} repeat an id: vLLM writes no file for them (the extract buffer has "
+                                "len(ids) rows, the capture one per layer); unique ids only")
         if self.final_id is not None and self.final_id not in self.ids:
             raise ManifestError(f"final_id {self.final_id} is not one of the ids {self.ids}")
         if not isinstance(self.tensor_parallel, int) or self.tensor_parallel < 1:
@@ -99,8 +102,8 @@ class Manifest:
 
     @property
     def rows(self) -> list[int]:
-        """The ids in file row order: ascending, duplicates collapsed (capture is a membership test in the layer loop)."""
-        return sorted(set(self.ids))
+        """The ids in file row order: ascending (capture is a membership test in the layer loop)."""
+        return sorted(self.ids)
 
     def row(self, layer_id: int) -> int:
         """The row of ``hidden_states[T, N, H]`` that holds ``layer_id``."""

@@ -20,8 +20,10 @@ Both give: aux id ``j`` = output of decoder layer ``j - 1``.  The generator's
 layer id ``k`` is the output of decoder layer ``k``, so it is aux id ``k + 1``
 (and the generator's last layer, ``L - 1``, is aux id ``L``, pre-norm: no
 final norm to apply, unlike HF's last ``hidden_states`` entry).  vLLM stores
-the aux states in ascending id order (``_set_aux_hidden_state_layers`` sorts
-them).
+the aux states in ascending id order, each layer once (the capture is a
+membership test inside the layer loop; 0.30+ also sorts the list in
+``_set_aux_hidden_state_layers``), so ids must be unique: its extract buffer
+has ``len(ids)`` rows.
 
 CPU shim (labelled ``cpu_shim`` in the report): vLLM 0.32's
 ``ExampleHiddenStatesConnector._submit_async_write`` copies device-to-host

@@ -8,6 +8,8 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from compat.probes.serve_layer_ids import prescribed, repeated
+
 
 def num_layers(model: str) -> int:
     """``num_hidden_layers`` of the text model (``text_config`` first: Kimi-K2.5 wraps DeepSeek-V3)."""
@@ -59,6 +61,13 @@ class ServeSpec:
         bad = [k for k in self.layer_ids if not 0 <= k <= depth]
         if bad:
             raise ValueError(f"layer ids {bad} outside 0..{depth} (id {depth} is the final pre-norm state)")
+        twice = repeated(self.layer_ids)
+        if twice:  # vLLM 0.17-0.33 (probe serve.layer_ids.repeated): the first request kills the engine
+            origin = f" (speculators' default [2, L//2, L-3, L] for L = {depth})" \
+                if self.layer_ids == default_layer_ids(depth) else ""
+            raise ValueError(f"layer ids {self.layer_ids}{origin} repeat {twice}: vLLM sizes the extract buffer by "
+                             f"len(ids) but captures each layer once, so the engine dies on the first request; "
+                             f"pass unique ids, e.g. {prescribed(self.layer_ids)}")
 
     @property
     def depth(self) -> int:
@@ -66,8 +75,9 @@ class ServeSpec:
 
     @property
     def rows(self) -> list[int]:
-        """The ids in the order vLLM stores them: ascending, duplicates collapsed."""
-        return sorted(set(self.layer_ids))
+        """The ids in the order vLLM stores them: ascending (the capture is a membership test in the layer loop;
+        repeated ids never reach a file, they are refused above)."""
+        return prescribed(self.layer_ids)
 
     def environment(self) -> dict:
         env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}

@@ -69,6 +69,12 @@ def wrap_in_helper(relpath, function, helper):
     return mutate
 
 
+PROPOSER = "vllm/v1/spec_decode/extract_hidden_states.py"
+#: the capture moves out of the mixin, the buffer's count is computed elsewhere
+LAYER_ID_REFACTORS = [("0.17.0", rename(f"{MODELS}/llama.py", "aux_hidden_state_layers", "capture_layers")),
+                      ("0.25.0", rename(f"{MODELS}/interfaces.py", "EagleModelMixin", "AuxCaptureMixin")),
+                      ("0.32.0", rename(PROPOSER, "num_hidden_states", "n_rows")),
+                      ("0.32.0", wrap_in_helper(PROPOSER, "propose", "_propose"))]
 CONNECTOR_RELEASES = ("0.20.0", "0.23.0", "0.24.0", "0.25.0", "0.29.0")
 CORPUS = {
     "serve.method": [("0.22.0", split_literal(SPECULATIVE, "extract_hidden_states"))],
@@ -110,6 +116,7 @@ CORPUS = {
     "serve.cpu.connector_copy": [(r, move_connector_class) for r in ("0.21.0", "0.25.0")]
     + [("0.25.0", rename("vllm/v1/worker/cpu/shm.py", "_EventPlaceholder", "_Event"))],
     "serve.cpu.event_query": [("0.25.0", rename("vllm/v1/worker/cpu/shm.py", "_EventPlaceholder", "_Event"))],
+    "serve.layer_ids.repeated": LAYER_ID_REFACTORS,
     "serve.speculators.lock_wait": [("speculators==0.6.0.2", rename(CLIENT, "fcntl", "fc")),
                                     ("speculators==0.5.0", rename(CLIENT, "extract_output", "read_output"))],
     "serve.speculators.handle": [("speculators==0.8.1", split_literal(CLIENT, "handle"))],

@@ -67,6 +67,7 @@ VLLM_CHANGES = {
     "serve.cpu.aux_layers": [("0.16.0", "skips"), ("0.22.0", "sets")],
     "serve.cpu.pin_memory": [("0.16.0", "absent"), ("0.17.0", "none"), ("0.22.0", "always")],
     "serve.cpu.event_query": [("0.16.0", "no-query")],
+    "serve.layer_ids.repeated": [("0.16.0", "absent"), ("0.17.0", "repeated-ids-kill-engine")],  # len(ids) buffer
 }
 #: speculators (§1.3, §0.10 version.py lag; the wheels' METADATA pins)
 SPECULATORS_CHANGES = {
