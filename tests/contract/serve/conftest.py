@@ -97,3 +97,14 @@ def work_dir(name: str):
     shutil.rmtree(path, ignore_errors=True)
     path.mkdir(parents=True)
     return path
+
+
+def tiny_llama_spec(name: str, seed: int, layer_ids: list[int], **options):
+    """A tiny-Llama serve run of two client calls (``prompts(seed, 512, 64)``) without a prefix cache, in eager mode,
+    with bounded waits: the proofs of vLLM < 0.22 (serve-021) differ only in the ids and the scheduler options."""
+    from compat.serve import ServeSpec
+    from fixtures.tiny_model import build_tiny_llama
+
+    return ServeSpec(model=build_tiny_llama(model_dir("serve-tiny-llama")), work_dir=work_dir(name),
+                     calls=prompts(seed, 512, 64), layer_ids=layer_ids, enable_prefix_caching=False,
+                     extra_args=["--enforce-eager"], **BOUNDED, **options)

