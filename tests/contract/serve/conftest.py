@@ -36,12 +36,11 @@ def serve_lane():
 
 @pytest.fixture(scope="session")
 def vllm_base(serve_lane):
-    """The kit's patches every serve run on this vLLM needs (K1 where vLLM needs it), applied for the session;
-    the lane's vLLM is left pristine afterwards."""
-    from . import k1, switch
+    """The kit's patches every serve run on this vLLM needs (switch.BASE: K1, K11 where vLLM needs them), applied
+    for the session; the lane's vLLM is left pristine afterwards."""
+    from . import switch
 
-    made, _ = k1.decision()
-    base = [k1.PATCH_ID] if made.verdict == "needed" else []
+    base = switch.base()
     switch.only("vllm", base)
     yield base
     switch.only("vllm", [])
