@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import ast
 
+from compat.astkit import find_function, has_argument
 from compat.probes.base import Reading, Unknown, missing_file, probe
 from compat.probes.serve_connector import KIT_BEGIN, KIT_END, strip_fences
 
@@ -29,19 +30,18 @@ NAME = "serve.cpu.recovered_sampler"
 
 def _stand_in(tree: ast.Module) -> ast.FunctionDef | None:
     """The function behind ``sample_recovered_tokens_kernel = _FuncWrapper(fn)`` (or ``_<kernel>_impl``)."""
-    functions = {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef)}
     for node in tree.body:
         if (isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == KERNEL for t in node.targets)
                 and isinstance(node.value, ast.Call) and node.value.args
                 and isinstance(node.value.args[0], ast.Name)):
-            return functions.get(node.value.args[0].id)
-    return functions.get(f"_{KERNEL}_impl")
+            return find_function(tree, node.value.args[0].id)
+    return find_function(tree, f"_{KERNEL}_impl")
 
 
 def _constexpr_flags(kernel: ast.FunctionDef) -> set[str]:
     """The kernel's ``name: tl.constexpr`` parameters (what a caller passes by keyword)."""
-    return {a.arg for a in kernel.args.args + kernel.args.kwonlyargs
-            if isinstance(a.annotation, ast.Attribute) and a.annotation.attr == "constexpr"}
+    args = kernel.args.posonlyargs + kernel.args.args + kernel.args.kwonlyargs
+    return {a.arg for a in args if isinstance(a.annotation, ast.Attribute) and a.annotation.attr == "constexpr"}
 
 
 def _passed_by_keyword(tree: ast.Module, name: str) -> bool:
@@ -55,8 +55,7 @@ def _passed_by_keyword(tree: ast.Module, name: str) -> bool:
 
 
 def _accepts(fn: ast.FunctionDef, name: str) -> bool:
-    args = fn.args
-    return fn.args.kwarg is not None or name in {a.arg for a in args.args + args.kwonlyargs}
+    return fn.args.kwarg is not None or has_argument(fn, name)
 
 
 @probe(NAME)
@@ -73,11 +72,9 @@ def cpu_recovered_sampler(reader) -> Reading | Unknown:
         return Unknown(f"{CPU_STAND_INS} names the recovered-token sampler but no stand-in function this probe "
                        "can find (renamed or wrapped?)")
     sampler = reader.module(SAMPLER)
-    if sampler is None:
-        return Unknown(f"{SAMPLER} not found: the shared rejection sampler moved")
-    kernel = next((n for n in sampler.body if isinstance(n, ast.FunctionDef) and n.name == KERNEL), None)
+    kernel = find_function(sampler, KERNEL) if sampler is not None else None
     if kernel is None:
-        return Unknown(f"{SAMPLER} defines no {KERNEL} (moved or renamed?)")
+        return Unknown(f"{SAMPLER} (the shared rejection sampler) defines no {KERNEL} (moved or renamed?)")
     flags = _constexpr_flags(kernel)
     if not flags:
         return Unknown(f"{SAMPLER}: {KERNEL} has no tl.constexpr parameter, a shape not seen")
