@@ -61,7 +61,7 @@ def test_tox_ini_has_an_env_for_every_cell_and_the_aliases():
     envs = set(re.findall(r"^\[testenv:([^\]]+)\]", text, re.MULTILINE))
     assert {c.name for c in DATA.cells()} | {"unit", "pinned", "seed", "lowest", "latest", "nightly"} <= envs
     envlist = re.search(r"^envlist =(.*?)^\S", text, re.MULTILINE | re.DOTALL).group(1)
-    assert len([e for e in envlist.replace(",", " ").split() if e]) == 74  # `tox -l`: unit, every cell, 3 serve
+    assert len([e for e in envlist.replace(",", " ").split() if e]) == 75  # `tox -l`: unit, every cell, 4 serve
 
 
 def test_tox_envs_can_run_the_matrix_driver():
