@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from .base import PROBES, Reading, Unknown, probe  # noqa: F401
 from . import cpu_platform, runner_v2, speculators, transformers, vllm  # noqa: F401,E402  (define the probes)
-from . import serve, serve_connector, serve_cpu_copy, serve_speculators  # noqa: F401,E402  (the serve path's probes)
+from . import serve, serve_connector, serve_cpu_copy, serve_cpu_sampler, serve_speculators  # noqa: F401,E402  (the serve path's probes)
 from . import serve_layer_ids  # noqa: F401,E402
 
 __all__ = ["PROBES", "Reading", "Unknown", "probe"]

@@ -37,6 +37,7 @@ RELEASES = {
 CLAIMED = {
     "vllm.serve.deepseek_final_layer": {r for r in VLLM_RELEASES if Version("0.18") <= Version(r) < Version("0.25")},
     "vllm.serve.hybrid_block_size": {"0.24.0"},
+    "vllm.serve.cpu_fp64_gumbel": {"0.23.0", "0.24.0"},  # vllm#43150 in 0.23.0, vllm#46069 in 0.25.0
     "speculators.serve.client_lock_wait": {"0.5.0"},
     "speculators.serve.validate_fp8": {"0.9.0"},
     "hs_connectors.serve.kv_layout": {"0.7.0"},
@@ -177,6 +178,17 @@ def _fixed_last_chunk(overlay, source):
 FIXED = {
     "vllm.serve.connector_last_chunk": _fixed_last_chunk,
     "vllm.serve.cpu_runner_aux_layers": _fixed_cpu_aux_layers,
+def _fixed_fp64_gumbel(overlay, source):
+    # the shared sampler's call, as shipped, now binds to the stand-in; the C++ kernel gets a float32 inv_q
+    fn = _method_free(overlay.read("vllm/utils/cpu_triton_utils.py"), "_sample_recovered_tokens_kernel_impl")
+    assert "USE_FP64_GUMBEL" in [a.arg for a in fn.args.args]
+    body = [ast.unparse(s) for s in fn.body]
+    cast = body.index("inv_q = inv_q.to(torch.float32)")
+    assert cast < next(i for i, s in enumerate(body) if s.startswith("torch.ops._C.sample_recovered_tokens_kernel_impl"))
+
+
+FIXED = {
+    "vllm.serve.cpu_fp64_gumbel": _fixed_fp64_gumbel,
     "vllm.serve.tp_page_size": _fixed_page_size,
     "vllm.serve.deepseek_final_layer": _fixed_deepseek,
     "vllm.serve.hybrid_block_size": _fixed_block_size,

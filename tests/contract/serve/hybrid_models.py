@@ -6,9 +6,11 @@ layers are not all one type), the shape K3 and K5 break on:
 * ``swa_llama``: the tiny Llama widened to hidden 1024 (32 heads of 32, 2 KV
   heads) with vLLM's per-layer ``layer_types`` (layers 1 and 3 sliding, window
   256: for shorter prompts HF's full attention is the same computation);
-* ``qwen3_next``: a dense 4-layer Qwen3-Next (three gated-delta-net layers, one
+* ``qwen3_next``: a 4-layer Qwen3-Next (three gated-delta-net layers, one
   full-attention layer), the family of the speculators#613 reports (Qwen3.5,
   Qwen3-Next); vLLM's CPU build runs gated delta nets (``ops/cpu/gdn_attention.py``).
+  Layer 3 keeps its sparse MoE: vLLM 0.24's ``Qwen3NextForCausalLM.set_moe_parameters``
+  raises "No Qwen3Next layer found in the model.layers." for an all-dense model.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ QWEN3_NEXT = dict(vocab_size=512, hidden_size=128, intermediate_size=256, num_hi
                   num_key_value_heads=2, head_dim=64, linear_num_key_heads=2, linear_num_value_heads=4,
                   linear_key_head_dim=32, linear_value_head_dim=32, linear_conv_kernel_dim=4,
                   num_experts=4, num_experts_per_tok=2, moe_intermediate_size=64, shared_expert_intermediate_size=64,
-                  mlp_only_layers=[0, 1, 2, 3], max_position_embeddings=2048, rms_norm_eps=1e-6,
+                  mlp_only_layers=[0, 1, 2], max_position_embeddings=2048, rms_norm_eps=1e-6,
                   bos_token_id=1, eos_token_id=2, pad_token_id=3, tie_word_embeddings=False)
 
 

