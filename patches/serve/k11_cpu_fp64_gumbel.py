@@ -40,6 +40,7 @@ PATCH = Patch(
     target="vllm",
     versions={"vllm": ">=0.23.0.dev0"},
     requires={NAME: ("rejects-fp64-gumbel",)},
+    build="cpu",
     variant_probe=NAME,
     symptom="_sample_recovered_tokens_kernel_impl() got an unexpected keyword argument 'USE_FP64_GUMBEL'",
     edits={

