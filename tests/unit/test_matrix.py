@@ -268,6 +268,36 @@ def test_a_serve_cell_of_an_unknown_release_or_an_old_speculators_is_a_clear_err
             table.load.__wrapped__(bad)
 
 
+def test_the_nightly_serve_venv_is_the_nightly_release_venv_plus_speculators_and_the_vllm_alias(tmp_path, monkeypatch):
+    """The nightly serve cell: the nightly's own resolution (build_release from its wheel and lock) in a venv named after
+    its lane, then speculators' serve imports and speculators --no-deps with uv, and the ``vllm`` alias `vllm serve`
+    reads; once stamped, a second run installs nothing.  (A real run: ``python -m ci cell serve-nightly``.)"""
+    from ci import cell
+    from fixtures import lanes
+
+    (night,) = DATA.select(["serve-nightly"])
+    monkeypatch.setattr(lanes, "VENVS", tmp_path)
+    built, ran, aliases = [], [], []
+    monkeypatch.setattr(cell, "build_release", lambda *a, **k: built.append((a[3], k["name"])) or
+                        (tmp_path / k["name"]).mkdir(exist_ok=True))
+    monkeypatch.setattr(cell, "stamp_of", lambda lock, wheel: "s1")
+    monkeypatch.setattr(cell, "needs_vllm_alias", lambda wheel: False)
+    monkeypatch.setattr(cell.tools, "uv", lambda: ["uv"])
+    monkeypatch.setattr(lanes, "alias_dist", lambda item, name, version: aliases.append((item.name, name, version)))
+
+    class Steps:
+        def run(self, label, cmd, **kw):
+            ran.append(cmd)
+
+    for _ in range(2):
+        item = cell.build_nightly_serve(night, Path("lock.txt"), Path("w.whl"), "0.29.1.dev1", Steps())
+    assert built == [("0.29.1.dev1", "serve-nightly")] * 2 and item.venv == tmp_path / "serve-nightly"
+    assert len(ran) == 2 and "hs-connectors==0.9.0" in ran[0] and ran[1][-2:] == ["--no-deps", "speculators==0.9.0"]
+    assert all(cmd[:4] == ["uv", "pip", "install", "-p"] for cmd in ran)
+    assert aliases == [("serve-nightly", "vllm", "0.29.1.dev1+cpu")]
+    assert cell.serve_lane(night).tests == cell.NIGHTLY_SERVE_TESTS and item.speculators == ("0.9.0",)
+
+
 def test_the_page_shows_the_serve_cells_in_their_own_section_with_counts_and_staleness():
     tests = ([{"test": f"tests/contract/serve/t{i}", "outcome": "passed", "seconds": 1.0} for i in range(9)]
              + [{"test": "tests/contract/serve/test_serve_mla.py::test_ok", "outcome": "skipped", "seconds": 0.0}])
