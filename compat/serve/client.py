@@ -16,6 +16,9 @@ from pathlib import Path
 
 #: the client's flags: fail on the first bad sample instead of skipping it, no retries (a retry hides a crash)
 FLAGS = ("--validate-outputs", "--fail-on-error", "--max-retries", "0")
+#: how the client is started after ``python``: speculators >= 0.8's command; a release whose client is a repository
+#: script (0.7.0.x) is run through a module that takes the same flags (tests/contract/serve/spec07_client.py)
+COMMAND = ("-m", "speculators", "generate-offline-data")
 
 
 @dataclass
@@ -43,7 +46,7 @@ def generate(python: str, endpoint: str, prompts: list[list[int]], work: Path, c
     work.mkdir(parents=True, exist_ok=True)
     data, out, log = work / "dataset", work / "hidden_states", work / "client.log"
     prepare_dataset(prompts, data, python, env)
-    argv = [python, "-m", "speculators", "generate-offline-data", "--endpoint", endpoint,
+    argv = [python, *COMMAND, "--endpoint", endpoint,
             "--preprocessed-data", str(data), "--output", str(out), "--concurrency", str(concurrency), *FLAGS]
     started = time.monotonic()
     with log.open("w") as handle:

@@ -124,7 +124,7 @@ def test_test_runs_a_serve_lane_as_its_release_table_cell_which_writes_the_recor
     assert [cmd[1:] for cmd, _ in ran] == [["-m", "ci", "cell", "serve-low"], ["-m", "ci", "cell", "serve"]]
     assert all(cwd == lanes.ROOT for _, cwd in ran) and contracts == ["seed"]
     assert [n for n, item in lanes.LANES.items() if item.cell] == ["serve", "serve-low", "serve-021", "serve-081", "serve-024", "serve-019",
-                                                                   "serve-k7"]
+                                                                   "serve-k7", "serve-07"]
 
 
 @pytest.fixture

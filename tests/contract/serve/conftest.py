@@ -12,6 +12,7 @@ never counted as passes.  Each model's server runs once per module; the tests re
 from __future__ import annotations
 
 import importlib.metadata as md
+from dataclasses import dataclass, field
 
 import pytest
 from packaging.version import Version
@@ -32,6 +33,32 @@ def serve_lane():
     if Version(version) < Version("0.5"):
         pytest.skip(f"the serve path needs speculators >= 0.5 (lane: serve); this lane has {version}")
     return version
+
+
+@dataclass(frozen=True)
+class Launch:
+    """What the lane's speculators release does to every server it launches, and why a test cannot observe what
+    those options turn off ('' where nothing is forced)."""
+
+    options: dict = field(default_factory=dict)  # ServeSpec options its launch script forces
+    chunked_off: str = ""
+
+
+@pytest.fixture(scope="session", autouse=True)
+def launch(serve_lane):
+    """speculators 0.7.0.x has no ``generate-offline-data``: its repo script's client (spec07_client, the release's
+    own functions) runs in its place, and servers start as its launch script starts them (chunked prefill off)."""
+    if Version(serve_lane).release[:2] != (0, 7):
+        yield Launch()
+        return
+    from compat.serve import client
+
+    from . import spec07_client
+
+    patch = pytest.MonkeyPatch()
+    patch.setattr(client, "COMMAND", ("-m", spec07_client.__name__))
+    yield Launch(spec07_client.launch_options(), spec07_client.LAUNCH_REASON)
+    patch.undo()
 
 
 @pytest.fixture(scope="session")

@@ -18,12 +18,12 @@ IDS = [4, 0, 2, 1, 3]  # L = 4
 
 
 @pytest.fixture(scope="module")
-def result(k1_on):
+def result(k1_on, launch):
     from fixtures.tiny_model import build_tiny_llama
 
     model = build_tiny_llama(model_dir("serve-tiny-llama"))
     spec = ServeSpec(model=model, work_dir=work_dir("llama"), calls=prompts(0, 512, 64),
-                     layer_ids=IDS)
+                     layer_ids=IDS, **launch.options)
     outcome = run(spec)
     print(outcome.as_dict())
     return outcome
@@ -44,7 +44,9 @@ def test_files_token_ids_shape_dtype(result):
     assert files["count"] == 11 + 33 and files["ok"], files
 
 
-def test_chunked_prefill_happened(result):
+def test_chunked_prefill_happened(result, launch):
+    if launch.chunked_off:
+        pytest.skip(launch.chunked_off)
     chunk = result.checks["chunked_prefill"]
     assert chunk["chunked"] and chunk["ok"], chunk
     assert len(chunk["context_tokens_per_step"]) >= 3 and max(chunk["context_tokens_per_step"]) <= 64, chunk
