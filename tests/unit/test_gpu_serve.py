@@ -82,6 +82,7 @@ def test_summary_surfaces_the_upstream_error_line(tmp_path):
     (tmp_path / "call3_records.jsonl").write_text(json.dumps(line) + "\n")
     (row,) = serve_summary.summary(tmp_path)
     assert row["call"] == "call3" and row["verdict"] == "ERROR"
+    assert row["commit"] == row["suite"] == "not recorded"  # a record without them says so, never a guess
     assert row["key_line"].startswith("RuntimeError: The expanded size of the tensor (4)"), row["key_line"]
 
 
