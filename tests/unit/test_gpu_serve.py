@@ -27,10 +27,13 @@ def _spec():
                            enable_chunked_prefill=False, enable_prefix_caching=False, env={}, extra_args=[])
 
 
+def _collect(*modules: str):
+    return subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-o", "addopts=", "--collect-only",
+                           "-q", *modules], cwd=REPO, capture_output=True, text=True)
+
+
 def test_gpu_modules_collect_every_contract_test():
-    out = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-o", "addopts=", "--collect-only",
-                          "-q", "ci/gpu/test_h200_serve_llama.py", "ci/gpu/test_h200_k4.py"],
-                         cwd=REPO, capture_output=True, text=True)
+    out = _collect("ci/gpu/test_h200_serve_llama.py", "ci/gpu/test_h200_k4.py")
     assert "16 tests collected" in out.stdout, out.stdout[-2000:] + out.stderr[-2000:]
     for name in ("test_ok[float32]", "test_logits_from_final_row_equal_served_prompt_logprobs[bfloat16]",
                  "test_without_k4_the_final_id_is_missing[bfloat16]", "test_with_k4_every_row_equals_hf[float32]"):
@@ -38,9 +41,7 @@ def test_gpu_modules_collect_every_contract_test():
 
 
 def test_k13_and_dense_k4_modules_collect_the_contract_proofs():
-    out = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-o", "addopts=", "--collect-only",
-                          "-q", "ci/gpu/test_h200_k13.py", "ci/gpu/test_h200_k4_dense.py"],
-                         cwd=REPO, capture_output=True, text=True)
+    out = _collect("ci/gpu/test_h200_k13.py", "ci/gpu/test_h200_k4_dense.py")
     assert "5 tests collected" in out.stdout, out.stdout[-2000:] + out.stderr[-2000:]
     for name in ("test_without_k13_final_chunks_are_silently_wrong", "test_with_k13_every_row_equals_hf",
                  "test_left_out_only_the_tail_of_a_file_is_wrong", "test_without_k4_the_final_id_is_missing",
