@@ -8,13 +8,16 @@
 #                                             # (wheels in .gpu-lane/gpuserve/spec09: carry .gpu-lane/gpuserve)
 #   bash ci/gpu/serve.sh pytest NAME ARGS...  # pytest on the GPU modules (ci/gpu/test_h200_*.py), junit + records
 #   bash ci/gpu/serve.sh confirm DTYPE        # `compat confirm --path serve` on the tiny Llama the tests built
+#   bash ci/gpu/serve.sh bench ARGS...        # benchmarks/serve_throughput.py ARGS -> $OUT/serve_throughput.txt
 set -u
 T=${GPU_LANE_TMP:-/tmp/gl}; OUT=${OUT:?set OUT}; mkdir -p "$T"
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 VLLM_NO_USAGE_STATS=1 PYTHONUNBUFFERED=1
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export SPECDEC_COMPAT_CACHE=$T/cache SPECDEC_COMPAT_LANE=gpu-serve
 WHEELS=${GPU_SERVE_WHEELS:?the folder of serve_pack.sh spec09 wheels}
-step=${1:?prep | pytest NAME ARGS... | confirm DTYPE}
+step=${1:?prep | pytest NAME ARGS... | confirm DTYPE | bench ARGS...}
+# the commit of the packed tree (serve_pack.sh writes src.commit beside spec09/): records and the benchmark say it
+export GPU_SERVE_COMMIT=$(cat "$WHEELS/../src.commit" 2>/dev/null || echo unknown)
 
 serve_env() {  # one speculators (0.9.0) on the path: the payload's 0.4.0.1 (payload/spec) is left off
   for d in "$T/payload/site/vllm" "$T/part3" "$T/spec09"; do
@@ -59,6 +62,15 @@ confirm)
     [ -f "$log" ] && { echo "== $log (errors)"; grep -E "Error|Traceback|backend" "$log" | tail -20; } >> "$OUT/confirm_serve_$dtype.txt"
   done
   cat "$OUT/confirm_serve_$dtype.txt"
+  ;;
+bench)
+  shift
+  serve_env bench
+  set -o pipefail
+  { date -u; echo "commit: $GPU_SERVE_COMMIT"; echo "machine: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader)"
+    echo "command: python3 benchmarks/serve_throughput.py $*"; } | tee "$OUT/serve_throughput.txt"
+  timeout "${GPU_LANE_BUDGET_S:-540}" python3 benchmarks/serve_throughput.py "$@" 2>&1 | tee -a "$OUT/serve_throughput.txt"
+  echo "bench rc=$?" | tee -a "$OUT/serve_throughput.txt"
   ;;
 *) echo "unknown step $step"; exit 2 ;;
 esac

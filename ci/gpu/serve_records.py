@@ -23,14 +23,15 @@ def versions() -> dict:
 
 
 def record(name: str, spec, outcome) -> None:
-    """Append ``name``'s spec knobs and outcome to the records file (nothing when the variable is unset)."""
+    """Append ``name``'s spec knobs and outcome to the records file (nothing when the variable is unset), with the
+    commit that ran (``GPU_SERVE_COMMIT``: serve.sh reads it from the packed tree's src.commit; else unknown)."""
     path = os.environ.get("GPU_SERVE_RECORDS")
     if not path:
         return
     knobs = {k: getattr(spec, k) for k in ("dtype", "device", "layer_ids", "max_num_batched_tokens",
                                             "enable_chunked_prefill", "enable_prefix_caching", "env", "extra_args")}
     line = {"name": name, "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "versions": versions(),
-            "spec": knobs, "outcome": outcome.as_dict()}
+            "commit": os.environ.get("GPU_SERVE_COMMIT", "unknown"), "spec": knobs, "outcome": outcome.as_dict()}
     with open(path, "a") as handle:
         handle.write(json.dumps(line, default=str) + "\n")
 

@@ -26,6 +26,8 @@ def key_line(reason: str) -> str:
 def summary(folder: Path) -> list[dict]:
     out = []
     for path in sorted(folder.glob("call*_records.jsonl")):
+        stamp = folder / path.name.replace("_records.jsonl", "_stamp.json")  # the suite hash of the tree that ran
+        suite = json.loads(stamp.read_text())["suite"] if stamp.is_file() else "not recorded"
         for line in path.read_text().splitlines():
             run = json.loads(line)
             outcome = run["outcome"]
@@ -35,7 +37,8 @@ def summary(folder: Path) -> list[dict]:
                         "failed_checks": [k for k, c in outcome["checks"].items() if not c.get("ok")],
                         "rule": hf.get("rule"), "worst_per_row": outcome["rows"],
                         "logprobs": outcome["checks"].get("logprobs"), "key_line": key_line(outcome["reason"]),
-                        "server_start_s": outcome["timings"].get("server_start_s"), "versions": run["versions"]})
+                        "server_start_s": outcome["timings"].get("server_start_s"), "versions": run["versions"],
+                        "commit": run.get("commit", "not recorded"), "suite": suite})
     return sorted(out, key=lambda r: r["at"])
 
 
