@@ -208,6 +208,24 @@ def hs_mooncake_kv_layout(reader: Reader):
     return required_layout(reader, HS_MOONCAKE)
 
 
+@serve_probe("serve.hs_connectors.mooncake.host_copy", package="hs_connectors")
+def hs_mooncake_host_copy(reader: Reader):
+    """How hs-connectors' Mooncake connector copies a sample to host: pinned-empty-like (0.7.0: torch.empty_like(...,
+    pin_memory=True) on torch.cuda streams, which a CPU build cannot allocate) / accelerator-module (0.8.0+: streams
+    from hs_connectors.device, which raises without an accelerator)."""
+    tree = reader.module(HS_MOONCAKE)
+    if tree is None:
+        return Unknown(f"{HS_MOONCAKE} not found")
+    if astkit.imports_name(tree, "accelerator_module") is not None:
+        return Reading("accelerator-module", HS_MOONCAKE, astkit.imports_name(tree, "accelerator_module").lineno)
+    pinned = [n for n in ast.walk(tree) if isinstance(n, ast.Call) and (astkit.dotted_name(n.func) or "") ==
+              "torch.empty_like" and any(k.arg == "pin_memory" and isinstance(k.value, ast.Constant)
+                                         and k.value.value is True for k in n.keywords)]
+    if len(pinned) == 1:
+        return Reading("pinned-empty-like", HS_MOONCAKE, pinned[0].lineno)
+    return Unknown(f"{HS_MOONCAKE}: {len(pinned)} pinned empty_like calls and no accelerator_module, a shape not seen")
+
+
 @serve_probe("serve.hs_connectors.fp8", package="hs_connectors")
 def hs_fp8_connector(reader: Reader):
     """hs-connectors' FP8 connector: absent (< 0.9.0) / overrides-write-tensors (vLLM's private _write_tensors)."""

