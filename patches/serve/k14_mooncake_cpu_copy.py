@@ -58,6 +58,7 @@ PATCH = Patch(
     # no vLLM bound: the pinned copy fails on every CPU build; the hs-connectors probe decides
     versions={"speculators": MODERN},
     requires={PROBE: ("pinned-empty-like",)},
+    build="cpu",
     variant_probe=PROBE,
     symptom="pin_memory=True requires a CUDA or other accelerator backend",
     edits={

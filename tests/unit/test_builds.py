@@ -63,7 +63,8 @@ def test_an_unreadable_probe_stays_unknown_on_a_cpu_build_and_out_of_range_on_an
 
 
 @pytest.mark.parametrize("patch_id", ["vllm.serve.cpu_connector", "vllm.serve.cpu_fp64_gumbel",
-                                      "vllm.serve.cpu_runner_aux_layers"])
+                                      "vllm.serve.cpu_runner_aux_layers", "hs_connectors.serve.mooncake_cpu_copy"])
 def test_the_cpu_runners_patches_are_declared_cpu_only(patch_id):
-    """Each one's code runs only on a CPU build: the pinned-memory stand-in, the CPU sampler stand-in, the CPU runner."""
+    """Each one's code runs only on a CPU build: the pinned-memory stand-ins (vLLM's connector, hs-connectors' Mooncake
+    copy), the CPU sampler stand-in, the CPU runner."""
     assert next(p for p in registry.load_patches("serve") if p.id == patch_id).build == "cpu"
