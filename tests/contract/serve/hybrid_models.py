@@ -34,9 +34,9 @@ def swa_llama() -> str:
 
 
 QWEN3_NEXT = dict(vocab_size=512, hidden_size=128, intermediate_size=256, num_hidden_layers=4, num_attention_heads=4,
-                  num_key_value_heads=2, head_dim=64, linear_num_key_heads=2, linear_num_value_heads=4,
+                  num_key_value_heads=2, head_dim=64, linear_num_key_heads=2, linear_num_value_heads=2,
                   linear_key_head_dim=32, linear_value_head_dim=32, linear_conv_kernel_dim=4,
-                  num_experts=4, num_experts_per_tok=2, moe_intermediate_size=64, shared_expert_intermediate_size=64,
+                  num_experts=4, num_experts_per_tok=4, moe_intermediate_size=64, shared_expert_intermediate_size=64,
                   mlp_only_layers=[0, 1, 2], max_position_embeddings=2048, rms_norm_eps=1e-6,
                   bos_token_id=1, eos_token_id=2, pad_token_id=3, tie_word_embeddings=False)
 
