@@ -63,6 +63,21 @@ confirm)
   done
   cat "$OUT/confirm_serve_$dtype.txt"
   ;;
+model)  # model NAME MODEL DTYPE LAYERS [EXCLUDE...]: compat apply (excludes), then compat confirm --path serve
+  name=${2:?NAME} model=${3:?MODEL} dtype=${4:?DTYPE} layers=${5:?LAYERS}; shift 5
+  serve_env "$name"
+  ex=(); for e in "$@"; do ex+=(--exclude "$e"); done
+  { python3 -m compat.cli apply --revert --force; python3 -m compat.cli apply "${ex[@]}"; } > "$OUT/apply_$name.txt" 2>&1
+  echo "compat apply ${ex[*]}: rc=$?"; tail -15 "$OUT/apply_$name.txt"
+  timeout "${GPU_LANE_BUDGET_S:-300}" python3 -m compat.cli confirm --path serve --model "$model" --dtype "$dtype" \
+      --layers "$layers" --json-file "$OUT/confirm_$name.json" > "$OUT/confirm_$name.txt" 2>&1
+  echo "compat confirm --path serve ($name): rc=$?" | tee -a "$OUT/confirm_$name.txt"
+  for log in "${TMPDIR:-/tmp}"/compat-serve-*/vllm-serve.log; do  # its server log (a temp work dir)
+    [ -f "$log" ] && { echo "== $log"; grep -E "Error|Traceback|backend|Model Runner|model runner|MoE|Marlin|WNA16" "$log" | sort | uniq -c | sort -rn | head -25; } >> "$OUT/confirm_$name.txt"
+    mv "$log" "$log.seen"
+  done
+  tail -40 "$OUT/confirm_$name.txt"
+  ;;
 bench)
   shift
   serve_env bench

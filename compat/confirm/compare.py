@@ -30,6 +30,9 @@ BATCH_SIZE, BATCH_POSITION = 33, 16
 class Reference(NamedTuple):
     """What every captured layer is compared with.
 
+    ``routing[tuple(prompt)]``: ``{decoder layer: float32 [tokens]}`` MoE routing margins of the reference pass
+    (compat.confirm.routing), or None (no router, or a reference that does not read them).
+
     ``holder``: a model whose ``.model.norm`` is the final norm (HF: its last ``hidden_states`` entry is normed,
     so the generator's last layer is normed to match), or None (the reference is pre-norm, or absent);
     ``refs[tuple(prompt)]``: float32 ``[tokens, hidden]`` tensors in ``layers`` order, or None (no reference:
@@ -40,6 +43,7 @@ class Reference(NamedTuple):
     holder: object
     refs: dict | None
     depth: int
+    routing: dict | None = None
 
 
 def invariant_calls(first_call: list[list[int]], fillers: list[list[int]]) -> tuple[list[list[int]], list[list[int]]]:
@@ -75,16 +79,27 @@ def check_results(results, prompts, layers, hidden_size: int | None) -> list[str
     return problems
 
 
+#: How many of the worst rows a layer's stats name (result, token, error, routing margins).
+OUTLIER_ROWS = 8
+
+
 class LayerError:
-    """The three statistics of one layer, accumulated over the tensors of a call."""
+    """The three statistics of one layer, accumulated over the tensors of a call, and its rows over the bound.
+
+    Rows: per token ``max|diff|`` over the hidden size, so the report can say which tokens of which results
+    exceed the bound (a capture bug shows whole files or tails; a routing flip, scattered tokens).
+    """
 
     def __init__(self):
         self.worst, self.abs_sum, self.count, self.diff_sq, self.ref_sq, self.min_cos = 0.0, 0.0, 0, 0.0, 0.0, 1.0
+        self.rows: list[tuple[int, object, dict | None]] = []  # (result index, per-token max|diff|, margins)
 
-    def add(self, got, ref) -> None:
+    def add(self, got, ref, result: int = -1, margins: dict | None = None) -> None:
         import torch
 
         diff = (got - ref).double()
+        if diff.dim() == 2:
+            self.rows.append((result, diff.abs().amax(-1).float(), margins))
         self.worst = max(self.worst, diff.abs().max().item())
         self.abs_sum += ref.abs().double().sum().item()
         self.count += ref.numel()
@@ -93,15 +108,42 @@ class LayerError:
         cos = torch.nn.functional.cosine_similarity(got.double(), ref.double(), dim=-1)
         self.min_cos = min(self.min_cos, cos.min().item())
 
-    def stats(self) -> dict:
+    def stats(self, rtol: float | None = None, last_layer: int | None = None) -> dict:
         if not self.count:
             nan = float("nan")
             return {"max_abs_diff": self.worst, "mean_abs_ref": nan, "rel_diff": nan, "nrms": nan, "min_cos": nan}
         mean_ref = self.abs_sum / self.count
-        return {"max_abs_diff": self.worst, "mean_abs_ref": mean_ref,
-                "rel_diff": self.worst / mean_ref if mean_ref else float("inf"),
-                "nrms": (self.diff_sq / self.ref_sq) ** 0.5 if self.ref_sq else float("inf"),
-                "min_cos": self.min_cos}
+        out = {"max_abs_diff": self.worst, "mean_abs_ref": mean_ref,
+               "rel_diff": self.worst / mean_ref if mean_ref else float("inf"),
+               "nrms": (self.diff_sq / self.ref_sq) ** 0.5 if self.ref_sq else float("inf"),
+               "min_cos": self.min_cos}
+        if rtol is not None and mean_ref and self.rows:
+            out.update(self.rows_over(rtol * mean_ref, mean_ref, last_layer))
+        return out
+
+    def rows_over(self, bound: float, scale: float, last_layer: int | None) -> dict:
+        """How many rows exceed ``bound``, the worst of them, and (MoE) their routing margins."""
+        from compat.confirm.routing import min_margin_upto
+
+        over, total = [], 0
+        for result, row_max, margins in self.rows:
+            total += len(row_max)
+            for token in (row_max > bound).nonzero().flatten().tolist():
+                over.append((float(row_max[token]) / scale, result, token, margins))
+        over.sort(key=lambda item: -item[0])
+        named = []
+        for rel, result, token, margins in over[:OUTLIER_ROWS]:
+            row = {"result": result, "token": token, "rel": round(rel, 4)}
+            if margins is not None and last_layer is not None:
+                row["margin"] = min_margin_upto(margins, last_layer, token)
+                earlier = [min_margin_upto(margins, last_layer, t) for t in range(token)]
+                row["margin_before"] = min((m for m in earlier if m is not None), default=None)
+            named.append(row)
+        out = {"rows": total, "rows_over": len(over), "worst_rows": named}
+        if over and over[0][3] is not None and last_layer is not None:
+            own = [min_margin_upto(m, last_layer, t) for _, _, t, m in over]
+            out["rows_over_margin_max"] = max((m for m in own if m is not None), default=None)
+        return out
 
 
 def layer_stats(got, ref) -> dict:
@@ -119,7 +161,8 @@ def compare(results, prompts, reference, layers, rtol: float = RTOL, hidden_size
     """
     import torch
 
-    holder, refs, depth = reference
+    holder, refs, depth = reference[:3]
+    routing = getattr(reference, "routing", None) or {}
     problems = check_results(results, prompts, layers, hidden_size)
     if refs is None:
         return {"layers": {}, "problems": problems}
@@ -134,8 +177,9 @@ def compare(results, prompts, reference, layers, rtol: float = RTOL, hidden_size
             if got.shape != ref.shape:
                 problems.append(f"result {i} layer {k}: shape {tuple(got.shape)} != reference {tuple(ref.shape)}")
                 continue
-            acc[k].add(got, ref)
-    stats = {k: acc[k].stats() for k in layers}
+            acc[k].add(got, ref, i, routing.get(tuple(prompt)))
+    # generator id k is the output of decoder layer k: the routers of layers <= k decided it
+    stats = {k: acc[k].stats(rtol, last_layer=k) for k in layers}
     for k, s in stats.items():
         if acc[k].count and not s["rel_diff"] <= rtol:
             problems.append(f"layer {k}: max|diff| {s['max_abs_diff']:.3e} = {s['rel_diff']:.2e} x mean|h_ref| "

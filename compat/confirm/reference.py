@@ -59,15 +59,23 @@ def hf_reference(model_path: str, prompts, layers, dtype: str = "float32",
     import torch
     from transformers import AutoModelForCausalLM
 
+    from compat.confirm.routing import MarginRecorder
+
     model = AutoModelForCausalLM.from_pretrained(model_path, torch_dtype=getattr(torch, dtype),
                                                  trust_remote_code=trust_remote_code).eval()
-    refs = {}
-    with torch.no_grad():
-        for prompt in prompts:
-            if tuple(prompt) not in refs:
-                hs = model(torch.tensor([prompt]), output_hidden_states=True).hidden_states
-                refs[tuple(prompt)] = [hs[k + 1][0].float() for k in layers]
-    return Reference(model, refs, model.config.num_hidden_layers)
+    refs, routing = {}, {}
+    recorder = MarginRecorder(model)  # MoE checkpoints: how near each token's routing is to a tie (issue 28)
+    try:
+        with torch.no_grad():
+            for prompt in prompts:
+                if tuple(prompt) not in refs:
+                    hs = model(torch.tensor([prompt]), output_hidden_states=True).hidden_states
+                    refs[tuple(prompt)] = [hs[k + 1][0].float() for k in layers]
+                    if recorder.active:
+                        routing[tuple(prompt)] = recorder.take()
+    finally:
+        recorder.remove()
+    return Reference(model, refs, model.config.num_hidden_layers, routing or None)
 
 
 def hf(request: ReferenceRequest) -> tuple[Reference, dict]:
