@@ -122,7 +122,8 @@ def _calls(out, watch, gen_module, spec, reference, layers, say) -> None:
         for index, prompts in enumerate(spec.calls, 1):
             t0 = time.monotonic()
             results = gen.generate(prompts)
-            found = cmp.compare(results, prompts, reference, layers, rtol, spec.hidden_size)
+            found = cmp.compare(results, prompts, reference, layers, rtol, spec.hidden_size,
+                                tie=tolerance.routing_tie(spec.dtype))
             if checks and index - 1 in (0, checks.get("batch"), checks.get("repeat")) and results:
                 at = cmp.BATCH_POSITION if index - 1 == checks.get("batch") else 0
                 if at < len(results):

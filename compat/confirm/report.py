@@ -207,6 +207,10 @@ def render(doc: dict) -> list[str]:
         cos = min((s.get("min_cos", float("nan")) for s in stats), default=float("nan"))
         scale = min((s["mean_abs_ref"] for s in stats), default=float("nan"))
         lines.append(f"  {k:5}  {worst:9.2e}  {scale:11.2e}  {rel:8.2e}  {nrms:8.2e}  {cos:.6f}")
+    notes = [note for call in doc["calls"] for note in call.get("notes", [])]
+    lines += [f"  note (call {i + 1}): {note}" for i, call in enumerate(doc["calls"]) for note in call.get("notes", [])][:8]
+    if len(notes) > 8:
+        lines.append(f"  ... {len(notes) - 8} more notes in the JSON report")
     what = "vLLM extract_hidden_states aux id k+1" if reference == "vllm-extract" else "HF output_hidden_states[k+1]"
     lines.append(f"confirm: {verdict}: layers {doc['layers']} {'equal' if doc['ok'] else 'differ from'} {what} "
                  f"({doc['tolerance']}, {doc.get('dtype', 'float32') if reference != 'hf' else 'float32'})")

@@ -34,6 +34,13 @@ def margins(module, hidden) -> "object":
     """The per-token routing margin of one router on its input ``hidden`` (``[..., H]``): float32 ``[tokens]``."""
     import torch
 
+    with torch.no_grad():
+        return _margins(module, hidden)
+
+
+def _margins(module, hidden):
+    import torch
+
     top_k = int(getattr(module, "top_k"))
     groups = int(getattr(module, "num_group", 1) or 1)
     keep = int(getattr(module, "topk_group", 1) or 1)

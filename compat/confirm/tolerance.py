@@ -81,6 +81,21 @@ SAME_ENGINE = {
         "the generator against vLLM's own extract_hidden_states in float16: not measured; a tenth of the float16 "
         "bound against HF"),
 }
+#: A token's MoE routing counts as tied when its margin (compat.confirm.routing: k-th minus (k+1)-th selection score)
+#: is within one rounding step of the dtype the engine routes in: there bf16 may pick another expert than HF float32,
+#: and the row then differs by O(its scale) with the capture right.  Measured on an H200 (vLLM 0.20.0, tiny
+#: DeepSeek-V3 with INT4 experts, bf16, 2026-12-02, docs/gpu/records_moe.json): every one of the rows over the bf16
+#: bound (up to 81 of 10790 a layer) had a margin <= 1.2e-3 (median token margin 0.041); with the routing pinned
+#: (margins >= 7.76) no row was over the bound (worst 0.072 x mean).  Selection scores are sigmoid + bias in [0, 1.5]:
+#: one bf16 step there is 2^-8 to 2^-7.
+ROUTING_TIE = {"bfloat16": 2.0 ** -8, "float16": 2.0 ** -11, "float32": 2.0 ** -10}
+
+
+def routing_tie(dtype: str) -> float:
+    """The margin under which a row over the bound is put down to a routing flip (see ROUTING_TIE)."""
+    return ROUTING_TIE.get(dtype, ROUTING_TIE["float32"])
+
+
 #: References whose bound is the dtype's against HF float32 (the serve path's may join either table).
 REFERENCE_TABLES = {"hf": "hf", "vllm-extract": "same-engine", "none": "hf"}
 

@@ -85,6 +85,6 @@ def test_a_plain_triple_is_a_reference_too():
 def test_no_reference_checks_only_the_invariants():
     prompts = [[1, 2], [3]]
     results = [_result(p, [torch.ones(len(p), 4)]) for p in prompts]
-    assert compare(results, prompts, Reference(None, None, 1), [0], hidden_size=4) == {"layers": {}, "problems": []}
+    assert compare(results, prompts, Reference(None, None, 1), [0], hidden_size=4) == {"layers": {}, "problems": [], "notes": []}
     found = compare(results[::-1], prompts, Reference(None, None, 1), [0], hidden_size=4)
     assert any("(order)" in p for p in found["problems"])

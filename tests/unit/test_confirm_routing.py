@@ -1,0 +1,130 @@
+"""MoE routing margins (compat.confirm.routing) and the routing-tie rule of compare (issue 28).
+
+The oracle is Hugging Face's own DeepSeek-V3 router: a margin is right when moving the selection scores by less
+than half of it never changes HF's choice and moving them by a little more than half of it does.  The rule's
+calibration is the H200 record itself (docs/gpu/records_moe.json), judged again by ci.gpu.record.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from compat.confirm import compare as cmp
+from compat.confirm import routing
+from compat.confirm.tolerance import ROUTING_TIE, routing_tie
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _router(experts=8, top_k=2, seed=0):
+    from transformers import DeepseekV3Config
+    from transformers.models.deepseek_v3.modeling_deepseek_v3 import DeepseekV3TopkRouter
+
+    config = DeepseekV3Config(hidden_size=32, n_routed_experts=experts, num_experts_per_tok=top_k, n_group=1,
+                              topk_group=1, norm_topk_prob=True)
+    torch.manual_seed(seed)
+    router = DeepseekV3TopkRouter(config)
+    with torch.no_grad():
+        router.weight.normal_(0, 0.3)
+        router.e_score_correction_bias.uniform_(0, 0.5)
+    return router
+
+
+def _chosen(router, hidden) -> set:
+    with torch.no_grad():
+        indices = router(hidden)[-1]
+    return set(indices.flatten().tolist())
+
+
+def test_a_margin_is_the_distance_to_another_hf_routing_choice():
+    router = _router()
+    hidden = torch.randn(48, 32)
+    margins = routing.margins(router, hidden)
+    assert margins.shape == (48,) and bool((margins >= 0).all())
+    for token in range(48):
+        x = hidden[token:token + 1]
+        before = _chosen(router, x)
+        logits = torch.nn.functional.linear(x.float(), router.weight.float())
+        scores = (logits.sigmoid() + router.e_score_correction_bias)[0]
+        order = scores.argsort(descending=True).tolist()
+        kth, next_best = order[router.top_k - 1], order[router.top_k]
+        half = float(margins[token]) / 2
+        for push, flips in ((half * 0.9, False), (half * 1.1 + 1e-6, True)):
+            moved = _router()
+            with torch.no_grad():
+                moved.e_score_correction_bias[next_best] += push
+                moved.e_score_correction_bias[kth] -= push
+            assert (_chosen(moved, x) != before) is flips, (token, push, float(margins[token]))
+
+
+def test_the_recorder_reads_every_router_of_a_deepseek_v3_model_per_forward():
+    from transformers import DeepseekV3Config, DeepseekV3ForCausalLM
+
+    config = DeepseekV3Config(vocab_size=64, hidden_size=32, intermediate_size=64, moe_intermediate_size=16,
+                              num_hidden_layers=3, num_attention_heads=2, num_key_value_heads=2, q_lora_rank=16,
+                              kv_lora_rank=16, qk_rope_head_dim=8, qk_nope_head_dim=8, v_head_dim=8,
+                              n_routed_experts=4, num_experts_per_tok=2, first_k_dense_replace=1, n_group=1,
+                              topk_group=1)
+    torch.manual_seed(0)
+    model = DeepseekV3ForCausalLM(config).eval()
+    recorder = routing.MarginRecorder(model)
+    with torch.no_grad():
+        model(torch.tensor([[1, 5, 9, 12, 30]]))
+    seen = recorder.take()
+    recorder.remove()
+    assert sorted(seen) == [1, 2]  # layer 0 is dense (first_k_dense_replace=1)
+    assert all(m.shape == (5,) for m in seen.values())
+    assert routing.min_margin_upto(seen, 0, 3) is None
+    assert routing.min_margin_upto(seen, 2, 3) == min(float(seen[1][3]), float(seen[2][3]))
+
+
+def _call(margin: float, off_row: int = 3):
+    """One result whose row ``off_row`` is O(1) off, a reference whose router margin there is ``margin``."""
+    torch.manual_seed(1)
+    ref = torch.randn(6, 8)
+    got = ref.clone()
+    got[off_row] += 3.0
+    margins = torch.full((6,), 0.5)
+    margins[off_row] = margin
+    prompt = [5, 6, 7, 8, 9, 10]
+    reference = cmp.Reference(None, {tuple(prompt): [ref]}, 4, {tuple(prompt): {1: margins}})
+    results = [{"input_ids": prompt, "hidden_states": [got]}]
+    return cmp.compare(results, [prompt], reference, [2], rtol=0.2, hidden_size=8, tie=routing_tie("bfloat16"))
+
+
+def test_a_row_off_at_a_routing_tie_is_a_note_not_a_problem():
+    found = _call(margin=1e-4)
+    assert found["problems"] == []
+    assert "routing flips" in found["notes"][0]
+    assert found["layers"][2]["rows_over"] == 1 and found["layers"][2]["rows_over_untied"] == 0
+
+
+def test_a_row_off_where_the_routing_was_decisive_is_wrong():
+    found = _call(margin=0.3)
+    assert found["notes"] == [] and len(found["problems"]) == 1
+    assert found["layers"][2]["worst_rows"][0]["token"] == 3
+
+
+def test_without_routing_margins_the_max_element_rule_stands():
+    torch.manual_seed(1)
+    ref = torch.randn(6, 8)
+    got = ref.clone()
+    got[3] += 3.0
+    prompt = [5, 6, 7, 8, 9, 10]
+    found = cmp.compare([{"input_ids": prompt, "hidden_states": [got]}], [prompt],
+                        cmp.Reference(None, {tuple(prompt): [ref]}, 4), [2], rtol=0.2, hidden_size=8,
+                        tie=routing_tie("bfloat16"))
+    assert len(found["problems"]) == 1 and found["notes"] == []
+
+
+@pytest.mark.parametrize("scenario, verdict", [("ds_pinned_int4_hf", "OK"), ("ds_int4_hf", "OK"),
+                                               ("ds_pinned_int4_no_order", "WRONG")])
+def test_the_h200_moe_runs_judged_by_the_routing_tie_rule(scenario, verdict):
+    from ci.gpu.record import rejudge_routing
+
+    records = {r["scenario"]: r for r in json.loads((ROOT / "docs/gpu/records_moe.json").read_text())}
+    assert rejudge_routing(records[scenario], ROUTING_TIE["bfloat16"])[0] == verdict
