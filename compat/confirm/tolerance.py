@@ -86,7 +86,7 @@ SAME_ENGINE = {
 #: and the row then differs by O(its scale) with the capture right.  Measured on an H200 (vLLM 0.20.0, tiny
 #: DeepSeek-V3 with INT4 experts, bf16, 2026-12-02, docs/gpu/records_moe.json): every one of the rows over the bf16
 #: bound (up to 81 of 10790 a layer) had a margin <= 1.2e-3 (median token margin 0.041); with the routing pinned
-#: (margins >= 7.76) no row was over the bound (worst 0.072 x mean).  Selection scores are sigmoid + bias in [0, 1.5]:
+#: (margins >= 7 by construction) no row was over the bound (worst 0.072 x mean).  Selection scores are sigmoid + bias in [0, 1.5]:
 #: one bf16 step there is 2^-8 to 2^-7.
 ROUTING_TIE = {"bfloat16": 2.0 ** -8, "float16": 2.0 ** -11, "float32": 2.0 ** -10}
 

@@ -128,3 +128,9 @@ def test_the_h200_moe_runs_judged_by_the_routing_tie_rule(scenario, verdict):
 
     records = {r["scenario"]: r for r in json.loads((ROOT / "docs/gpu/records_moe.json").read_text())}
     assert rejudge_routing(records[scenario], ROUTING_TIE["bfloat16"])[0] == verdict
+
+
+def test_the_issue_28_page_is_generated_from_its_records():
+    from ci.gpu import moe_page
+
+    assert moe_page.main(["--check"]) == 0, "docs/gpu/moe/README.md is stale: python -m ci.gpu.moe_page"
