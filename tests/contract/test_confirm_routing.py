@@ -1,4 +1,5 @@
-"""MoE routing margins (compat.confirm.routing) and the routing-tie rule of compare (issue 28).
+"""MoE routing margins (compat.confirm.routing) and the routing-tie rule of compare (issue 28), on real torch and
+transformers (a contract test: the lanes have them; the unit venv has neither).
 
 The oracle is Hugging Face's own DeepSeek-V3 router: a margin is right when moving the selection scores by less
 than half of it never changes HF's choice and moving them by a little more than half of it does.  The rule's
@@ -7,18 +8,15 @@ calibration is the H200 record itself (docs/gpu/records_moe.json), judged again 
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 import pytest
-import torch
 
-from compat.confirm import compare as cmp
-from compat.confirm import routing
-from compat.confirm.tolerance import ROUTING_TIE, routing_tie
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers.models.deepseek_v3.modeling_deepseek_v3",
+                    reason="this transformers has no DeepSeek-V3 (the router whose margins are read)")
 
-ROOT = Path(__file__).resolve().parents[2]
-
+from compat.confirm import compare as cmp  # noqa: E402
+from compat.confirm import routing  # noqa: E402
+from compat.confirm.tolerance import routing_tie  # noqa: E402
 
 def _router(experts=8, top_k=2, seed=0):
     from transformers import DeepseekV3Config
@@ -33,12 +31,10 @@ def _router(experts=8, top_k=2, seed=0):
         router.e_score_correction_bias.uniform_(0, 0.5)
     return router
 
-
 def _chosen(router, hidden) -> set:
     with torch.no_grad():
         indices = router(hidden)[-1]
     return set(indices.flatten().tolist())
-
 
 def test_a_margin_is_the_distance_to_another_hf_routing_choice():
     router = _router()
@@ -60,7 +56,6 @@ def test_a_margin_is_the_distance_to_another_hf_routing_choice():
                 moved.e_score_correction_bias[kth] -= push
             assert (_chosen(moved, x) != before) is flips, (token, push, float(margins[token]))
 
-
 def test_the_recorder_reads_every_router_of_a_deepseek_v3_model_per_forward():
     from transformers import DeepseekV3Config, DeepseekV3ForCausalLM
 
@@ -81,7 +76,6 @@ def test_the_recorder_reads_every_router_of_a_deepseek_v3_model_per_forward():
     assert routing.min_margin_upto(seen, 0, 3) is None
     assert routing.min_margin_upto(seen, 2, 3) == min(float(seen[1][3]), float(seen[2][3]))
 
-
 def _call(margin: float, off_row: int = 3):
     """One result whose row ``off_row`` is O(1) off, a reference whose router margin there is ``margin``."""
     torch.manual_seed(1)
@@ -95,19 +89,16 @@ def _call(margin: float, off_row: int = 3):
     results = [{"input_ids": prompt, "hidden_states": [got]}]
     return cmp.compare(results, [prompt], reference, [2], rtol=0.2, hidden_size=8, tie=routing_tie("bfloat16"))
 
-
 def test_a_row_off_at_a_routing_tie_is_a_note_not_a_problem():
     found = _call(margin=1e-4)
     assert found["problems"] == []
     assert "routing flips" in found["notes"][0]
     assert found["layers"][2]["rows_over"] == 1 and found["layers"][2]["rows_over_untied"] == 0
 
-
 def test_a_row_off_where_the_routing_was_decisive_is_wrong():
     found = _call(margin=0.3)
     assert found["notes"] == [] and len(found["problems"]) == 1
     assert found["layers"][2]["worst_rows"][0]["token"] == 3
-
 
 def test_without_routing_margins_the_max_element_rule_stands():
     torch.manual_seed(1)
@@ -119,18 +110,3 @@ def test_without_routing_margins_the_max_element_rule_stands():
                         cmp.Reference(None, {tuple(prompt): [ref]}, 4), [2], rtol=0.2, hidden_size=8,
                         tie=routing_tie("bfloat16"))
     assert len(found["problems"]) == 1 and found["notes"] == []
-
-
-@pytest.mark.parametrize("scenario, verdict", [("ds_pinned_int4_hf", "OK"), ("ds_int4_hf", "OK"),
-                                               ("ds_pinned_int4_no_order", "WRONG")])
-def test_the_h200_moe_runs_judged_by_the_routing_tie_rule(scenario, verdict):
-    from ci.gpu.record import rejudge_routing
-
-    records = {r["scenario"]: r for r in json.loads((ROOT / "docs/gpu/records_moe.json").read_text())}
-    assert rejudge_routing(records[scenario], ROUTING_TIE["bfloat16"])[0] == verdict
-
-
-def test_the_issue_28_page_is_generated_from_its_records():
-    from ci.gpu import moe_page
-
-    assert moe_page.main(["--check"]) == 0, "docs/gpu/moe/README.md is stale: python -m ci.gpu.moe_page"
