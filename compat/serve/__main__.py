@@ -11,6 +11,8 @@ import random
 import sys
 import tempfile
 
+from compat import install_checks
+
 from .runner import run
 from .spec import ServeSpec
 
@@ -73,6 +75,12 @@ def main(argv=None) -> int:
     parser.add_argument("--work-dir", help="server log, files and client logs (default: a new temp dir)")
     parser.add_argument("--json-file", help="write the result here too")
     args = parser.parse_args(argv)
+    blockers = install_checks.serve_blockers()  # before any server starts or folder is made
+    if blockers:
+        for blocker in blockers:
+            print(f"error: `vllm serve` cannot start on this install: {blocker}", file=sys.stderr)
+        print("nothing was started; fix the above, then run this again", file=sys.stderr)
+        return 2
     try:
         layers = [int(x) for x in args.layers.split(",")] if args.layers else None
         unchunked = cpu_mla(args.model)
