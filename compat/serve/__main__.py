@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import sys
 import tempfile
@@ -81,17 +82,21 @@ def main(argv=None) -> int:
             print(f"error: `vllm serve` cannot start on this install: {blocker}", file=sys.stderr)
         print("nothing was started; fix the above, then run this again", file=sys.stderr)
         return 2
+    made = None  # the temp folder made for this run: removed again if the run is refused (issue 31.10)
     try:
         layers = [int(x) for x in args.layers.split(",")] if args.layers else None
         unchunked = cpu_mla(args.model)
         if unchunked:
             print(f"note: {unchunked}", flush=True)
-        spec = ServeSpec(model=args.model, work_dir=args.work_dir or tempfile.mkdtemp(prefix="compat-serve-"),
+        made = None if args.work_dir else tempfile.mkdtemp(prefix="compat-serve-")
+        spec = ServeSpec(model=args.model, work_dir=args.work_dir or made,
                          calls=default_calls(args.vocab, args.budget), layer_ids=layers, dtype=args.dtype,
                          max_num_batched_tokens=max(args.budget, MAX_MODEL_LEN) if unchunked else args.budget,
                          enable_chunked_prefill=not unchunked, enable_prefix_caching=not unchunked,
                          device=served_device())
     except ValueError as exc:
+        if made:
+            os.rmdir(made)
         print(f"error: {exc}", file=sys.stderr)
         return 2
     result = run(spec)
