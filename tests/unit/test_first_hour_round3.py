@@ -127,3 +127,22 @@ def test_a_refused_serve_confirm_leaves_no_temp_folder(tmp_path):
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and "--layers 1,2,4" in proc.stderr, proc.stderr
     assert not list(temp.iterdir())
+
+
+# -- 31.5: an installed kit's catalogue and compat apply read one shipped source ------------------------------------
+
+def test_an_installed_catalogue_says_what_compat_apply_says(tmp_path, monkeypatch):
+    """Without the repository (tests/, records) the catalogue's serve proof is the shipped compat/proof_evidence.py,
+    the table compat apply's "unproven" line reads: proven there, proven here; absent there, unproven here."""
+    from compat import proof_evidence, proven, serve_proofs
+    from compat.verdicts import Decision
+
+    k1 = next(p for p in registry.load_patches("serve") if p.id == "vllm.serve.cpu_connector")
+    record = "docs/coverage/records/vllm0.32.0-spec0.9.0.json"
+    decision = Decision(k1, "needed", "", variant="serve")
+    monkeypatch.setattr(proof_evidence, "PROVEN", {k1.id: (("0.32", "cpu", "serve", record),)})
+    assert serve_proofs.brief(k1, tmp_path) == "serve: passed" and record in serve_proofs.status(k1, tmp_path)
+    assert proven.summary([decision], "0.32.0") is None
+    monkeypatch.setattr(proof_evidence, "PROVEN", {})
+    assert serve_proofs.brief(k1, tmp_path) == "no record" and "unproven" in serve_proofs.status(k1, tmp_path)
+    assert k1.id in proven.summary([decision], "0.32.0")
