@@ -300,3 +300,10 @@ def test_a_missing_command_in_a_lane_says_what_to_do(lanes, tmp_path, capsys):
     assert lanes.main(["run", "pinned", "--", "no-such-tool-xyz"]) == 2
     err = capsys.readouterr().err
     assert "cannot run 'no-such-tool-xyz' in lane pinned" in err and "python -m pip install" in err
+
+
+def test_a_lane_without_speculators_has_no_patches_to_restore(lanes, capsys):
+    """Issue 31.9: the seed lane before its first test has no speculators, so no patches; restoring it must not
+    say they 'could not be read'."""
+    fake_built_lane(lanes, "seed")  # this interpreter: no speculators installed
+    assert lanes.patches_on_disk(lanes.LANES["seed"]) == {}
