@@ -146,3 +146,29 @@ def test_an_installed_catalogue_says_what_compat_apply_says(tmp_path, monkeypatc
     monkeypatch.setattr(proof_evidence, "PROVEN", {})
     assert serve_proofs.brief(k1, tmp_path) == "no record" and "unproven" in serve_proofs.status(k1, tmp_path)
     assert k1.id in proven.summary([decision], "0.32.0")
+
+
+# -- 31.10: small things a newcomer met -------------------------------------------------------------------------------
+
+def test_a_mistyped_option_gets_the_commands_usage_and_the_closest_option():
+    proc = subprocess.run([sys.executable, "-m", "compat.cli", "apply", "--dryrun"], cwd=ROOT, capture_output=True,
+                          text=True, timeout=60, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert proc.returncode == 2 and proc.stderr.startswith("usage: compat apply")
+    assert "did you mean --dry-run?" in proc.stderr
+
+
+def test_every_marker_the_tests_use_is_registered_and_the_serve_hint_skips_the_unit_tests():
+    from compat.layout import MARKERS
+
+    used = set()
+    for path in (ROOT / "tests").rglob("*.py"):
+        used |= set(re.findall(r"(?<![\w.])pytest\.mark\.([a-z_]+)", path.read_text()))
+    builtin = {"parametrize", "skip", "skipif", "xfail", "usefixtures", "filterwarnings"}
+    assert used - builtin <= set(MARKERS), used - builtin - set(MARKERS)
+    assert "lanes.py test --no-unit serve" in MARKERS["serve"]
+    assert "lanes.py test serve)" not in (ROOT / "tests" / "contract" / "conftest.py").read_text()
+
+
+def test_no_skip_reason_names_an_absolute_checkout_path():
+    for path in (ROOT / "tests" / "unit").glob("*.py"):
+        assert not re.search(r"""["'](/work|/home|/root)/""", path.read_text()), path
