@@ -21,6 +21,7 @@ Read from installed metadata only (RECORD, METADATA, the CLI's source as text); 
 
 from __future__ import annotations
 
+import email.parser
 import importlib.metadata as md
 import re
 import shutil
@@ -186,13 +187,30 @@ def serve_blockers(site=None) -> list[str]:
     return blockers
 
 
-def plan_note(source) -> str | None:
-    """For ``compat plan --wheel``: the dist alias this vLLM will need once installed (a wheel is not an install)."""
+def plan_notes(source) -> list[str]:
+    """For ``compat plan --wheel``: what this vLLM will meet once pip installs it (a wheel is not an install): the
+    dist alias its CLI needs, and torch companions it asks for unpinned beside a ``+cpu`` torch pin (PyPI has only
+    CUDA builds of those, so ``compat apply`` will name them)."""
+    notes = []
     name = source.dist_name or ""
-    if not name or canonicalize_name(name) == "vllm":
-        return None
-    text = source.read(CLI_MAIN)
-    if text is None or not READS_VLLM_METADATA.search(text):
-        return None
-    return (f"{ALIAS_ID}: vLLM's CLI ({CLI_MAIN}) reads importlib.metadata.version(\"vllm\"); installed as {name} "
-            f"`vllm serve` fails with '{SYMPTOM_ALIAS}' until compat apply writes a metadata-only `vllm` dist-info")
+    text = source.read(CLI_MAIN) if name and canonicalize_name(name) != "vllm" else None
+    if text is not None and READS_VLLM_METADATA.search(text):
+        notes.append(f"{ALIAS_ID}: vLLM's CLI ({CLI_MAIN}) reads importlib.metadata.version(\"vllm\"); installed as "
+                     f"{name} `vllm serve` fails with '{SYMPTOM_ALIAS}' until compat apply writes a metadata-only "
+                     f"`vllm` dist-info")
+    requires = {}
+    for line in email.parser.Parser().parsestr(source.metadata or "", headersonly=True).get_all("Requires-Dist") or []:
+        try:
+            req = Requirement(line)
+        except InvalidRequirement:
+            continue
+        if req.marker is None or req.marker.evaluate({"extra": ""}):
+            requires[canonicalize_name(req.name)] = req
+    torch = requires.get("torch")
+    extras = [e for e in TORCH_EXTRAS if e in requires]
+    if torch and any("+cpu" in str(spec) for spec in torch.specifier) and extras:
+        notes.append(f"{name} pins torch{torch.specifier} and asks for {', '.join(extras)} unpinned: pip installs "
+                     f"PyPI's builds of those, made for CUDA or another torch, whose operators do not load "
+                     f"('{SYMPTOM_EXTRAS}'); once installed, compat apply names them with the command that removes "
+                     f"them")
+    return notes

