@@ -172,3 +172,11 @@ def test_every_marker_the_tests_use_is_registered_and_the_serve_hint_skips_the_u
 def test_no_skip_reason_names_an_absolute_checkout_path():
     for path in (ROOT / "tests" / "unit").glob("*.py"):
         assert not re.search(r"""["'](/work|/home|/root)/""", path.read_text()), path
+
+
+def test_the_user_install_figures_are_the_record():
+    """Issue 31.8: the README's figures for the user-venv proof come from docs/first_hour.json."""
+    record = json.loads((ROOT / "docs" / "first_hour.json").read_text())["user_install"]
+    text = " ".join(README.split())
+    assert (f"{record['minutes']:g} min at load {record['load']} with pip's cache warm, the installs "
+            f"{record['installs_seconds']} s and the serve confirm {record['confirm_seconds']} s") in text
