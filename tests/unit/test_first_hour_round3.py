@@ -180,3 +180,23 @@ def test_the_user_install_figures_are_the_record():
     text = " ".join(README.split())
     assert (f"{record['minutes']:g} min at load {record['load']} with pip's cache warm, the installs "
             f"{record['installs_seconds']} s and the serve confirm {record['confirm_seconds']} s") in text
+
+
+def test_a_slow_server_start_is_never_silent(tmp_path, capsys, monkeypatch):
+    """Issue 31.8: the serve confirm sat silent while vllm serve started (133 s here); it now says so every 30 s."""
+    import time
+
+    from compat.serve import server as serve_server
+
+    (tmp_path / "config.json").write_text(json.dumps({"num_hidden_layers": 8}))
+    spec = ServeSpec(model=str(tmp_path), work_dir=str(tmp_path / "w"), calls=[[[5, 6]]], start_timeout_s=2.5)
+    monkeypatch.setattr(serve_server, "HEARTBEAT_S", 0.5)
+    started = serve_server.Server(spec)
+    started.proc = subprocess.Popen(["sleep", "30"])  # alive, never healthy: nothing listens on its port
+    try:
+        with pytest.raises(serve_server.ServerError):
+            started._wait_healthy(time.monotonic())
+    finally:
+        started.proc.kill()
+    said = capsys.readouterr().out
+    assert said.count("vllm serve still starting") >= 3 and str(started.log) in said
