@@ -178,7 +178,7 @@ def test_the_user_install_figures_are_the_record():
     """Issue 31.8: the README's figures for the user-venv proof come from docs/first_hour.json."""
     record = json.loads((ROOT / "docs" / "first_hour.json").read_text())["user_install"]
     text = " ".join(README.split())
-    assert (f"{record['minutes']:g} min at load {record['load']} with pip's cache warm, the installs "
+    assert (f"{record['minutes']} min at load {record['load']} with pip's cache warm, the installs "
             f"{record['installs_seconds']} s and the serve confirm {record['confirm_seconds']} s") in text
 
 
