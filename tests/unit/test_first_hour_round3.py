@@ -200,3 +200,11 @@ def test_a_slow_server_start_is_never_silent(tmp_path, capsys, monkeypatch):
         started.proc.kill()
     said = capsys.readouterr().out
     assert said.count("vllm serve still starting") >= 3 and str(started.log) in said
+
+
+def test_lanes_list_names_serve_patches_by_their_ids():
+    """Issue 31.3: `lanes.py list` shows each lane's doc; no K-label that no command or PATCHES.md shows."""
+    proc = subprocess.run([sys.executable, str(ROOT / "fixtures" / "lanes.py"), "list"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0 and "vllm.serve.cpu_runner_aux_layers's proof" in proc.stdout
+    assert not re.findall(r"(?<![-\w`])K\d+(?![.\d\w])", proc.stdout), proc.stdout
