@@ -16,7 +16,7 @@ import argparse
 import sys
 from dataclasses import dataclass, field, replace
 
-from . import exit_policy, plan_serve, proven, registry, report, verdicts
+from . import exit_policy, install_checks, plan_serve, proven, registry, report, verdicts
 from .errors import EnvironmentProblem, PatchError
 from .exit_policy import Finding
 from .layout import GENERATOR, WORKER
@@ -152,11 +152,37 @@ def _decide(args) -> int:
         refused = Finding("problem", f"--require-proven: {unproven_first}; nothing was changed")
         return _finish(args, mode, surface, Result(decisions=decisions, problems=[refused]))
     result = run_targets(mode, decisions, surface.fingerprint())
+    install = install_level(mode, result, serve=serve is not None)
     # issue 19.4/19.17: what confirm cannot prove, and the needed patches no record proved on this release line
     lines = proven.user_proofs(result.decisions)
     unproven = proven.summary(result.decisions, surface.version("vllm"))
     lines += [f"unproven: {unproven}"] if unproven else []
-    return _finish(args, mode, surface, result, lines=lines)
+    return _finish(args, mode, surface, result, lines=lines, install=install)
+
+
+def install_level(mode: str, result: Result, serve: bool) -> dict:
+    """The install's own faults (compat/install_checks.py): the ``vllm`` dist alias on the serve path (written by
+    apply, checked by --verify) and torch companions built for another torch (named, with their fixing command)."""
+    install = {}
+    problem = install_checks.extras_problem()
+    if problem:
+        result.problems.append(Finding("problem", problem))
+        install["torch_extras"] = problem
+    found = install_checks.alias() if serve else None
+    if found is None or not found.needed:
+        return install
+    install["dist_alias"] = found.as_json()
+    if found.present:
+        result.notes.append(f"{install_checks.ALIAS_ID}: on disk ({found.folder.name}, written by the kit)")
+    elif mode == "apply":
+        result.written.append(install_checks.write_alias(found))
+        install["dist_alias"]["present"] = True
+    elif mode == "verify":
+        result.problems.append(Finding("problem", f"{install_checks.ALIAS_ID} is needed and not on disk: "
+                                                  f"{found.reason}; run compat apply"))
+    else:
+        result.notes.append(f"{install_checks.ALIAS_ID}: needed, apply writes it: {found.reason}")
+    return install
 
 
 def by_target(decisions: list[Decision]) -> dict[str, list[Decision]]:
@@ -243,7 +269,7 @@ def _revert(args) -> int:
             result.problems.append(exc.finding())
     if len(missing) == len(targets):
         raise missing[0]
-    restored = result.written
+    restored = result.written + install_checks.remove_alias()
     lines = [f"revert: restored {len(restored)} file(s)" + (f": {', '.join(restored)}" if restored else "")]
     return _finish(args, "revert", None, replace(result, written=[]), restored=restored, lines=lines)
 

@@ -9,6 +9,7 @@ A bare ``compat`` prints the help and exits 2 (a usage error: no command given).
 from __future__ import annotations
 
 import argparse
+import difflib
 import importlib
 import sys
 
@@ -40,8 +41,21 @@ def build_parser() -> argparse.ArgumentParser:
         description = _describe(module)
         sub = commands.add_parser(name, help=description, description=description)
         module.add_arguments(sub)
-        sub.set_defaults(handler=module.run)
+        sub.set_defaults(handler=module.run, parser=sub)
     return parser
+
+
+def parse(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespace:
+    """Parse; an option the command does not know is reported with that command's usage and the closest option it
+    has (``compat apply --dryrun``: did you mean --dry-run?), not with the top-level usage (issue 31.10)."""
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:
+        command = getattr(args, "parser", parser)
+        options = [o for action in command._actions for o in action.option_strings]
+        hints = [f"{u}: did you mean {close[0]}?" for u in unknown
+                 if (close := difflib.get_close_matches(u.split("=")[0], options, n=1, cutoff=0.6))]
+        command.error(f"unrecognized arguments: {' '.join(unknown)}" + (f" ({'; '.join(hints)})" if hints else ""))
+    return args
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -50,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
     if not argv:
         parser.print_help(sys.stderr)
         return USAGE_ERROR
-    args = parser.parse_args(argv)
+    args = parse(parser, argv)
     return exit_policy.run(args.handler, args)
 
 

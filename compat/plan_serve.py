@@ -11,13 +11,15 @@ from __future__ import annotations
 
 import importlib.metadata as md
 import json
+import re
+import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
 
-from . import builds, exit_policy, registry, report
+from . import builds, exit_policy, install_checks, registry, report
 from .astkit import Reader
 from .layout import cache_root
 from .probes import PROBES, Unknown
@@ -39,6 +41,29 @@ class Rule:
 def _cached_wheel(dist: str, version: str) -> Path | None:
     hits = sorted((cache_root() / "wheels").glob(f"{dist.replace('-', '_')}-{version}-*.whl"))
     return hits[0] if hits else None
+
+
+def fetch_wheel(dist: str, version: str) -> tuple[Path | None, str]:
+    """A release's wheel, downloaded into the wheel cache with pip (said on stderr first), and how it was got; None
+    and why where it cannot be: a release the index does not list, or no index (offline: the exact command)."""
+    folder = cache_root() / "wheels"
+    shown = f"pip download --no-deps --only-binary :all: -d {folder} {dist}=={version}"
+    print(f"fetching {dist} {version}'s wheel (none in {folder}): {shown}", file=sys.stderr, flush=True)
+    try:
+        proc = subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary", ":all:",
+                               "-d", str(folder), f"{dist}=={version}"], capture_output=True, text=True, timeout=600)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        proc = subprocess.CompletedProcess([], 1, "", str(exc))
+    cached = _cached_wheel(dist, version)
+    if proc.returncode == 0 and cached:
+        return cached, f"downloaded to {cached}"
+    listed = re.search(r"\(from versions: ([^)]*)\)", proc.stderr)
+    released = [v.strip() for v in listed.group(1).split(",")] if listed and listed.group(1).strip() != "none" else []
+    if released and version not in released:
+        return None, (f"{dist} {version} does not exist on the package index (released: "
+                      f"{'... ' if len(released) > 6 else ''}{', '.join(released[-6:])}); nothing to download")
+    return None, (f"{dist} {version}: no wheel in {folder} and pip could not fetch one (offline or no index?); where PyPI is reachable "
+                  f"run: {shown}, then compat plan again (or pass --speculators PATH/TO/WHEEL)")
 
 
 def speculators_source(wanted: str | None):
@@ -211,24 +236,28 @@ def run(args) -> int:
     try:
         vllm = open_source(args.wheel)
         speculators = speculators_source(args.speculators)
+        fetched = None
+        if speculators is None and args.speculators:  # a bare release whose wheel is not cached: fetch it
+            wheel, fetched = fetch_wheel("speculators", args.speculators)
+            speculators = open_source(wheel) if wheel else None
     except SourceError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return report.ENVIRONMENT
     surface = evaluate(vllm, speculators, only=None)
     surface.values = {k: v for k, v in surface.values.items() if not k.startswith("transformers.")}
-    paired = {"speculators": f"read from {speculators.location}" if speculators else
-              f"speculators {args.speculators}: no wheel in {cache_root() / 'wheels'}; pass its wheel (pip download "
-              f"--no-deps speculators=={args.speculators})"}
+    paired = {"speculators": f"{'downloaded with pip and ' if fetched else ''}read from {speculators.location}"
+              if speculators else fetched}
     if speculators is None:
         surface.packages["speculators"] = {"name": "speculators", "version": args.speculators, "kind": "named"}
     paired["hs_connectors"] = _hs_connectors(surface)
     decisions, found, (text, code) = judge_surface(surface, getattr(args, "layer_ids", None))
     if speculators is None:  # a bare version whose wheel is not here: its client cannot be read
-        text, code = _worded("UNKNOWN", f"speculators {args.speculators} cannot be read here "
-                                        f"({paired['speculators']}); do not install blind")
+        text, code = _worded("UNKNOWN", f"cannot read speculators {args.speculators} here: {paired['speculators']}; "
+                                        f"do not install blind")
+    notes = install_checks.plan_notes(vllm)
     doc = {"schema": 1, "mode": "plan", "path": "serve", "surface": surface.as_json(), "paired": paired,
            "patches": [d.as_json() for d in decisions], "rules": [r.__dict__ for r in found], "answer": text,
-           "exit_code": code}
+           "exit_code": code, "install": notes}
     if getattr(args, "json_file", None):
         Path(args.json_file).write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n")
     if getattr(args, "json", False):
@@ -243,5 +272,7 @@ def run(args) -> int:
             print(f"  {d.patch.id:{width}}  {'apply' if d.verdict == 'needed' else d.verdict:16} {d.reason}")
         for r in found:
             print(f"  {r.word:5} {'' if r.scope == 'every model' else f'[{r.scope}] '}{r.text}")
+        for note in notes:
+            print(f"note: {note}")
         print(text)
     return code

@@ -5,7 +5,8 @@ repository itself: a contract proof on a real ``vllm serve`` is ``tests/contract
 declaration ``patches/serve/kN_*.py``; a proof on the released file (no server) is a test of
 ``tests/unit/test_serve_patch_proofs.py`` that names the patch id; the serve cells' records
 (``docs/coverage/records``, ``"path": "serve"``) say where the contract proof passed.  A copy of the kit without
-its ``tests/`` (an installed wheel) says ``unknown``, never a status.
+its ``tests/`` (an installed wheel) reads the evidence shipped in the package (``compat/proof_evidence.py``, from the
+same records), the one ``compat apply``'s "unproven" line reads: one answer (issue 31.5).
 """
 
 from __future__ import annotations
@@ -82,11 +83,28 @@ def found(patch, root: Path = ROOT) -> tuple[str | None, list[tuple[str, str, st
     return module, [row for row in seen if row[2]], unit_proofs(patch, root)
 
 
+def shipped(patch) -> list[tuple[str, str, str, str]]:
+    """Where the records shipped with the kit (compat/proof_evidence.py, ``python -m ci proofs``) say the patch's proof
+    passed: what an installed kit, without tests/ and records, reads; ``compat apply``'s "unproven" reads the same."""
+    from .proven import evidence
+
+    return list(evidence(patch.id))
+
+
+def _shipped_status(patch) -> str:
+    rows = shipped(patch)
+    if not rows:
+        return ("no record shipped with this kit proves it (compat/proof_evidence.py; compat apply says unproven); "
+                "the repository's PATCHES.md lists its proof tests")
+    return "proven in the records shipped with this kit (compat/proof_evidence.py): " + "; ".join(
+        f"vLLM {line} ({device}), `{record}`" for line, device, _, record in rows)
+
+
 def status(patch, root: Path = ROOT) -> str:
     """The proof status in words: which proof exists, and where its contract proof passed or failed."""
     proofs = found(patch, root)
     if proofs is None:
-        return "unknown: this copy of the kit has no tests/ (the repository's PATCHES.md says)"
+        return _shipped_status(patch)
     module, ran, units = proofs
     parts = []
     if module:
@@ -102,8 +120,8 @@ def status(patch, root: Path = ROOT) -> str:
 def brief(patch, root: Path = ROOT) -> str:
     """A word or two for the table: serve: passed/failed/skipped/not run, released file, none yet, unknown."""
     proofs = found(patch, root)
-    if proofs is None:
-        return "unknown"
+    if proofs is None:  # an installed kit: the shipped evidence, as compat apply reads it
+        return "serve: passed" if shipped(patch) else "no record"
     module, ran, units = proofs
     outcomes = {outcome for _, _, outcome in ran}
     words = [next(f"serve: {o}" for o in ("failed", "passed", "skipped", "not run") if o in outcomes or o == "not run")

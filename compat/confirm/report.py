@@ -297,6 +297,10 @@ def read_report(path: str) -> dict:
     except (ValueError, UnicodeDecodeError) as exc:
         raise ReportError(f"{path} is not JSON: {exc}") from None
     block = doc.get("confirmed") if isinstance(doc, dict) else None
+    if isinstance(doc, dict) and block is None and "checks" in doc and "verdict" in doc:  # compat.serve's result
+        raise ReportError(f"{path} is a serve-path report (compat confirm --path serve): --check gates the old path's "
+                          "reports only (tied to the surface fingerprint and the generator's files); after a bump on "
+                          "the serve path run compat confirm --path serve again and require exit 0")
     if not isinstance(block, dict) or not isinstance(block.get("fingerprint"), str):
         raise ReportError(f"{path} is no compat confirm report (no 'confirmed' block with a fingerprint)")
     if "verdict" not in doc:

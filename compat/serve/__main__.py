@@ -7,9 +7,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import sys
 import tempfile
+
+from compat import install_checks
 
 from .runner import run
 from .spec import ServeSpec
@@ -73,17 +76,27 @@ def main(argv=None) -> int:
     parser.add_argument("--work-dir", help="server log, files and client logs (default: a new temp dir)")
     parser.add_argument("--json-file", help="write the result here too")
     args = parser.parse_args(argv)
+    blockers = install_checks.serve_blockers()  # before any server starts or folder is made
+    if blockers:
+        for blocker in blockers:
+            print(f"error: `vllm serve` cannot start on this install: {blocker}", file=sys.stderr)
+        print("nothing was started; fix the above, then run this again", file=sys.stderr)
+        return 2
+    made = None  # the temp folder made for this run: removed again if the run is refused (issue 31.10)
     try:
         layers = [int(x) for x in args.layers.split(",")] if args.layers else None
         unchunked = cpu_mla(args.model)
         if unchunked:
             print(f"note: {unchunked}", flush=True)
-        spec = ServeSpec(model=args.model, work_dir=args.work_dir or tempfile.mkdtemp(prefix="compat-serve-"),
+        made = None if args.work_dir else tempfile.mkdtemp(prefix="compat-serve-")
+        spec = ServeSpec(model=args.model, work_dir=args.work_dir or made,
                          calls=default_calls(args.vocab, args.budget), layer_ids=layers, dtype=args.dtype,
                          max_num_batched_tokens=max(args.budget, MAX_MODEL_LEN) if unchunked else args.budget,
                          enable_chunked_prefill=not unchunked, enable_prefix_caching=not unchunked,
                          device=served_device())
     except ValueError as exc:
+        if made:
+            os.rmdir(made)
         print(f"error: {exc}", file=sys.stderr)
         return 2
     result = run(spec)

@@ -64,13 +64,27 @@ def run(spec: ServeSpec) -> ServeResult:
                            log=str(log))
 
 
+def progress():
+    """``say(text)``: one line per stage as it happens, with the seconds since the run began (issue 31.8: a serve
+    confirm sat silent for minutes)."""
+    began = time.monotonic()
+
+    def say(text: str) -> None:
+        print(f"  [{time.monotonic() - began:5.0f} s] {text}", flush=True)
+
+    return say
+
+
 def _run(spec: ServeSpec) -> ServeResult:
     env = spec.environment()
     result = ServeResult("OK", "")
     prompts = [p for call in spec.calls for p in call]
     longest = max(prompts, key=len)
     runs = []
+    say = progress()
+    say(f"starting vllm serve (aux ids {spec.layer_ids}, {spec.dtype}); its log: {spec.work_dir / 'vllm-serve.log'}")
     with Server(spec) as server:
+        say(f"server healthy after {server.start_s:.0f} s")
         result.log = str(server.log)
         result.timings["server_start_s"] = server.start_s
         forced_off = _forced_off(server.log_text())
@@ -79,6 +93,7 @@ def _run(spec: ServeSpec) -> ServeResult:
             result.checks["chunked_prefill"].update(ok=True, forced_off=forced_off)
         hits_before = server.metric(PREFIX_HITS)
         for index, call in enumerate(spec.calls):
+            say(f"call {index + 1}/{len(spec.calls)}: speculators' client, {len(call)} prompts")
             run = client.generate(spec.python, server.endpoint, call, spec.work_dir / f"call{index}",
                                   spec.concurrency, env, spec.client_timeout_s)
             runs.append(run)
@@ -86,6 +101,8 @@ def _run(spec: ServeSpec) -> ServeResult:
             result.timings[f"call{index}"] = {"prompts": len(call), "seconds": run.seconds,
                                               "samples_per_s": round(len(run.files) / run.seconds, 2),
                                               "tokens_per_s": round(tokens / run.seconds, 1)}
+            say(f"call {index + 1}/{len(spec.calls)}: {len(run.files)} of {len(call)} files in {run.seconds:.0f} s "
+                f"(client exit {run.returncode})")
             if run.returncode != 0 or len(run.files) != len(call):
                 server_says = _symptom_lines(server.log_text())
                 return _error(result, f"speculators generate-offline-data (call {index}, {len(call)} prompts) exit "
@@ -96,7 +113,10 @@ def _run(spec: ServeSpec) -> ServeResult:
             if spec.enable_prefix_caching and not forced_off else True
         if forced_off and spec.enable_prefix_caching:
             result.checks["prefix_cache"]["forced_off"] = forced_off
+        say("the server's prompt logprobs (the logits reference)" if spec.logprobs_check else "server done")
         served = _prompt_logprobs(server, spec, prompts) if spec.logprobs_check else {}
+    say(f"checking {sum(len(r.files) for r in runs)} files: ids, order, shapes"
+        + (", logits vs the server" if spec.logprobs_check else "") + (", every row vs HF" if spec.hf_check else ""))
     files = _read(runs, spec)
     _check_files(result, spec, files)
     if spec.logprobs_check:

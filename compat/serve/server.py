@@ -22,6 +22,7 @@ from pathlib import Path
 from .spec import ServeSpec
 
 CONNECTOR = "ExampleHiddenStatesConnector"
+HEARTBEAT_S = 30.0  # a line while the server starts, so the serve confirm never sits silent for minutes
 
 
 class ServerError(RuntimeError):
@@ -107,7 +108,11 @@ class Server:
         self.stop()
 
     def _wait_healthy(self, started: float) -> None:
+        said = started
         while time.monotonic() - started < self.spec.start_timeout_s:
+            if time.monotonic() - said >= HEARTBEAT_S:  # a cold start on 2 busy cores took 133 s (issue 31.8)
+                said = time.monotonic()
+                print(f"          vllm serve still starting ({said - started:.0f} s; {self.log})", flush=True)
             if self.proc.poll() is not None:
                 raise ServerError(f"vllm serve exited with {self.proc.returncode} before it was healthy",
                                   tail(self.log))

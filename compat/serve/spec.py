@@ -67,7 +67,8 @@ class ServeSpec:
                 if self.layer_ids == default_layer_ids(depth) else ""
             raise ValueError(f"layer ids {self.layer_ids}{origin} repeat {twice}: vLLM sizes the extract buffer by "
                              f"len(ids) but captures each layer once, so the engine dies on the first request; "
-                             f"pass unique ids, e.g. {prescribed(self.layer_ids)}")
+                             f"pass unique ids with --layers, e.g. --layers "
+                             f"{','.join(map(str, prescribed(self.layer_ids)))}")
 
     @property
     def depth(self) -> int:

@@ -35,7 +35,7 @@ os.environ.setdefault("VLLM_WORKER_SHUTDOWN_TIMEOUT_SECONDS", "1")
 
 #: the modern path's tests: a real `vllm serve` and speculators >= 0.5, so a lane of the other path deselects them
 SERVE = ("the modern path: a real `vllm serve` + speculators >= 0.5's client (not in -m contract; run with -m serve "
-         "in a serve lane: python3 fixtures/lanes.py test serve)")
+         "in a serve lane: python3 fixtures/lanes.py test --no-unit serve)")
 
 
 def pytest_configure(config):

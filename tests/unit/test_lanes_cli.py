@@ -266,3 +266,44 @@ def test_a_silent_step_says_it_still_runs(lanes, tmp_path, capsys, monkeypatch):
     printed = capsys.readouterr().out.splitlines()
     still = [line for line in printed if "... still unpacking (1 lines in quiet.log)" in line]
     assert printed[0].endswith("] unpacking") and 2 <= len(still) <= 4, printed
+
+
+def test_a_build_ends_by_installing_the_kit(lanes, tmp_path, monkeypatch):
+    """Issue 31.2: the README says a lane has the kit; `build` installs it from this checkout as its last step."""
+    item = lanes.lane(name="kitless", python="3.11", steps=(("some-package==1.0",),), speculators=("0.9.0",))
+    ran = []
+
+    def run(self, label, cmd, **kw):
+        ran.append([str(c) for c in cmd])
+        item.venv.mkdir(parents=True, exist_ok=True)  # what `python -m venv` makes
+        return ""
+
+    monkeypatch.setattr(lanes.Steps, "run", run)
+    monkeypatch.setattr(lanes, "_python", lambda version: sys.executable)
+    lanes.build(item)
+    assert ran[-1][-1] == str(ROOT) and "--force-reinstall" in ran[-1] and "--no-deps" in ran[-1], ran[-1]
+    assert any("some-package==1.0" in cmd for cmd in ran[:-1])
+
+
+def test_run_compat_in_a_lane_built_without_the_kit_installs_it_first(lanes, tmp_path, monkeypatch):
+    """Issue 31.2: `lanes.py run serve -- compat apply --dry-run` in a lane an older lanes.py built without the kit."""
+    fake_built_lane(lanes)
+    installed = []
+    monkeypatch.setattr(lanes, "install_kit", lambda item, steps, prefix="": installed.append(item.name))
+    monkeypatch.setattr(lanes.subprocess, "run", lambda cmd, **k: subprocess.CompletedProcess(cmd, 0))
+    assert lanes.main(["run", "pinned", "--", "compat", "apply", "--dry-run"]) == 0
+    assert installed == ["pinned"]
+
+
+def test_a_missing_command_in_a_lane_says_what_to_do(lanes, tmp_path, capsys):
+    fake_built_lane(lanes)
+    assert lanes.main(["run", "pinned", "--", "no-such-tool-xyz"]) == 2
+    err = capsys.readouterr().err
+    assert "cannot run 'no-such-tool-xyz' in lane pinned" in err and "python -m pip install" in err
+
+
+def test_a_lane_without_speculators_has_no_patches_to_restore(lanes, capsys):
+    """Issue 31.9: the seed lane before its first test has no speculators, so no patches; restoring it must not
+    say they 'could not be read'."""
+    fake_built_lane(lanes, "seed")  # this interpreter: no speculators installed
+    assert lanes.patches_on_disk(lanes.LANES["seed"]) == {}
