@@ -13,6 +13,7 @@ first third of the file), never scanned whole.
 from __future__ import annotations
 
 import ctypes
+import importlib
 import re
 from pathlib import Path
 
@@ -131,7 +132,7 @@ def libstdcxx() -> tuple[Path | None, set[str] | str]:
 def missing(source: Source) -> tuple[dict[str, list[str]], Path | None, str | None]:
     """({extension: versions this host's libstdc++ lacks}, that libstdc++, why it could not be checked)."""
     try:
-        import elftools  # noqa: F401  (pyelftools: a dependency of the kit, absent where it was installed --no-deps)
+        importlib.import_module("elftools")  # a dependency of the kit, absent where it was installed --no-deps
     except ImportError:
         return {}, None, "pyelftools is not installed (pip install pyelftools), so no ELF file can be read"
     path, provided = libstdcxx()
