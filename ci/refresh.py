@@ -85,6 +85,8 @@ def schedule(items: list[Due], jobs: int) -> float:
 
 
 def _clock(seconds: float) -> str:
+    if seconds < 90:
+        return f"{seconds:.0f} s"
     minutes = round(seconds / 60)
     return f"{minutes // 60} h {minutes % 60:02d} min" if minutes >= 60 else f"{minutes} min"
 
@@ -93,7 +95,7 @@ def describe(items: list[Due], jobs: int) -> list[str]:
     lines = [f"{len(items)} cell(s) to run, oldest first; ETA {_clock(schedule(items, jobs))} with {jobs} job(s)"]
     for index, item in enumerate(items, 1):
         guess = " (estimated)" if item.estimated else ""
-        lines.append(f"{index:3}. {item.cell.name:28} {item.seconds / 60:5.1f} min{guess:12} "
+        lines.append(f"{index:3}. {item.cell.name:28} {_clock(item.seconds):>9}{guess:12} "
                      f"{item.date[:10] or 'never':10} {item.why[:150]}")
     return lines
 
@@ -128,7 +130,7 @@ def run(items: list[Due], jobs: int, command=None, log_dir: Path | None = None) 
         while (item := take()) is not None:
             log = log_dir / f"refresh-{item.cell.name}.log"
             with lock:
-                print(f"== start {item.cell.name} (expected {item.seconds / 60:.1f} min; log {log})", flush=True)
+                print(f"== start {item.cell.name} (expected {_clock(item.seconds)}; log {log})", flush=True)
             with open(log, "w") as out:
                 code = subprocess.run(command(item), cwd=ROOT, stdout=out, stderr=subprocess.STDOUT).returncode
             with wake:
