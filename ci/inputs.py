@@ -8,13 +8,15 @@ record at every commit, so the matrix (hours on 2 cores) is never fresh.  A cell
   fixtures, ``pyproject.toml``, and an old-path release's lock;
 - the patches the plan can select for that release and speculators: every declaration of the cell's pipeline
   whose version prefilter does not exclude them (out of range, the plan never applies them), with ``_common``;
-- the probes those patches read (their modules in ``compat/probes``; every serve probe on a serve cell);
+- the probes: every probe module of the cell's pipeline (the contract suite checks each probe's static claim on
+  the running vLLM, tests/contract/test_runtime_probes.py), and those the in-range patches read;
 - the test files the cell ran and every helper module beside them (conftest, harnesses, data).
 
 A record is *stale* when one of these files differs from the bytes it ran with, or when a test file in the
 cell's scope is new since then (it never ran there).  The bytes it ran with are the file hashes the record
-carries (``details["inputs"]``, git blob ids, written when it ran), or, for a record written before that
-from a clean checkout, the tree of its commit.  ``compat/proof_evidence.py`` is left out: it is generated
+carries (``details["inputs"]``, git blob ids, written when it ran), or, for a file it does not list (written
+before that, or before the rule counted the file in) and a record from a clean checkout, the tree of its commit
+(``dirty`` covers ``compat/``, ``patches/`` and ``tests/contract/``).  ``compat/proof_evidence.py`` is left out: it is generated
 from the records themselves, so counting it would stale every cell each time one is refreshed.
 """
 
@@ -169,8 +171,8 @@ class Inputs:
                 if path in GENERATED or (cell.path == table.OLD and _serve_only(path)):
                     continue
                 if path.startswith(PROBES) and path not in PROBE_HARNESS:
-                    if cell.path == table.SERVE and path.startswith("compat/probes/serve"):
-                        found[path] = "probe"
+                    if (cell.path == table.SERVE) == path.startswith("compat/probes/serve"):
+                        found[path] = "probe"  # its pipeline's probes: the contract suite checks each one's claim
                     continue
                 if path.startswith(SURFACES) and vllm and Path(path).name != f"vllm-{vllm}.json":
                     continue
@@ -215,6 +217,9 @@ class Inputs:
             return None
         ran = {test_file(t["test"]) for t in record.tests if t.get("test")}
         vllm = record.versions.get("vllm") if cell.release.vllm == table.NIGHTLY else None
+        if record.commit and record.dirty is False and then is not self.tree(record.commit):
+            # a file the record's own inputs leave out (the rule counted it in later): its clean commit's bytes
+            then = {**(self.tree(record.commit) or {}), **then}
         changed = []
         for path, why in self.decisive(cell, ran, vllm).items():
             now, before = self.blob(path), then.get(path)

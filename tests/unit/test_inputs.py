@@ -81,7 +81,7 @@ def test_a_change_to_an_old_path_patch_in_range_of_0_20_stales_0_20_but_not_0_11
     assert changes[OLD_011] == [] and changes[SERVE_032] == []
 
 
-def test_the_harness_stales_every_cell_and_a_probe_only_the_cells_whose_patches_read_it(tree):
+def test_the_harness_stales_every_cell_and_a_probe_only_its_pipelines_cells(tree):
     records = _records(tree)
     _touch(tree / "compat" / "apply.py")
     assert all(c == ["compat/apply.py (harness) changed"] for c in _changes(tree, records).values())
@@ -89,6 +89,10 @@ def test_the_harness_stales_every_cell_and_a_probe_only_the_cells_whose_patches_
     _touch(tree / "compat" / "probes" / "serve_cpu_copy.py")  # K1's probe: the serve path's only
     changes = _changes(tree, records)
     assert changes[OLD_020] == [] and changes[SERVE_032] == ["compat/probes/serve_cpu_copy.py (probe) changed"]
+    records = _records(tree)
+    _touch(tree / "compat" / "probes" / "runner_v2.py")  # an old-path probe: test_runtime_probes checks its claims
+    changes = _changes(tree, records)
+    assert changes[OLD_020] == changes[OLD_011] == ["compat/probes/runner_v2.py (probe) changed"]
 
 
 def test_a_test_file_the_cell_ran_stales_it_and_a_new_one_in_its_scope_too(tree):
