@@ -35,7 +35,12 @@ def worktree(rev: str, into: Path, who: str = "benchmark") -> Path:
 
 
 def remove_worktree(tree: Path) -> None:
+    """The worktree, and the temporary folder that held it once it is empty."""
     subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tree)])
+    try:
+        tree.parent.rmdir()
+    except OSError:
+        pass
 
 
 def order(index: int, trees: list[tuple[str, Path]]) -> list[tuple[str, Path]]:
