@@ -1,7 +1,8 @@
 """Re-run exactly the cells whose evidence is missing or stale, oldest first, with an ETA from the records.
 
     python -m ci refresh --dry-run         # what would run, in order, why, and how long (no cell runs)
-    python -m ci refresh [--jobs N]        # run them, N at a time; then regenerate docs/coverage.md
+    python -m ci refresh [--jobs N]        # run them, N at a time; then regenerate compat/proof_evidence.py and
+                                           # docs/coverage.md from the new records
 
 Why: with staleness per cell (ci/inputs.py) a change stales only the cells it can decide, so after a change the
 work left is a list, not the whole matrix.  Order: cells never run first, then the oldest record.  A cell's
@@ -156,6 +157,9 @@ def main(args) -> int:
     if args.dry_run or not items:
         return 0
     codes = run(items, args.jobs)
+    from ci.proofs import evidence as proofs  # which records prove which patch: generated from the records too
+
+    proofs.write()
     coverage.write()
     bad = sorted(name for name, code in codes.items() if code)
     print(f"== refresh: {len(codes) - len(bad)} of {len(codes)} cell(s) exited 0" +
