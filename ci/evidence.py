@@ -2,9 +2,10 @@
 
 Why one shape: the coverage page must say, for every result, which code produced it.  A record carries the
 commit, a hash of what decides the outcome (``compat/``, ``patches/``, ``tests/contract/``: the *suite*), the
-pytest arguments, the device, the versions and every test's outcome.  A record whose suite hash differs from
-the checkout's is *stale*; one written before records carried a hash is *legacy*.  Neither is shown as a plain
-pass.  ``python -m ci.evidence stamp`` prints the stamp of this checkout (run on a GPU machine, it is copied
+pytest arguments, the device, the versions and every test's outcome; a cell's record also carries the blob ids
+of the files that decide that cell (``details["inputs"]``, ci/inputs.py).  A cell's record is *stale* when one
+of those changed since (ci/inputs.Freshness), a GPU run's when its suite hash differs from the checkout's; one
+that can say neither is *legacy*.  Neither is shown as a plain pass.  ``python -m ci.evidence stamp`` prints the stamp of this checkout (run on a GPU machine, it is copied
 into that run's record).
 """
 

@@ -2,7 +2,8 @@
 
 Why: the full matrix takes hours one cell after another on one machine; a hosted CI runs one job per cell, side
 by side.  Unit tests run on every push and pull request; the release cells on a push to main or by hand; the
-nightly cells on a schedule (and by hand); a last job renders docs/coverage.md from the cells' records.  The
+nightly cells on a schedule (and by hand); a last job takes the cells' record artifacts in (``python -m ci ingest``,
+which checks each one's commit and suite hash) and renders docs/coverage.md from them.  The
 workflow is committed, and a unit test fails when it differs from what this renders or when actionlint finds a
 fault in it.
 """
@@ -67,10 +68,13 @@ def workflow(data: table.Table | None = None) -> dict:
         "name": "coverage page from the cells' records", "needs": [job_id(c) for c in cells],
         "if": f"always() && ({CELLS_RUN} || github.event_name == 'schedule')", "runs-on": RUNNER,
         "steps": [*_setup("3.11")[:2],
-                  {"uses": "actions/download-artifact@v4",
-                   "with": {"pattern": "record-*", "merge-multiple": True, "path": "docs/coverage/records"}},
-                  {"run": "python -m ci coverage"},
-                  {"uses": "actions/upload-artifact@v4", "with": {"name": "coverage", "path": "docs/coverage.md"}}]}
+                  {"run": "python -m pip install ."},  # the kit's dependencies: ci reads patch declarations
+                  {"uses": "actions/download-artifact@v4", "with": {"pattern": "record-*", "path": "artifacts"}},
+                  # taken only when each ran a clean checkout of this commit with this checkout's suite hash
+                  {"run": "python -m ci ingest artifacts --commit ${{ github.sha }}"},
+                  {"run": "python -m ci coverage", "if": "always()"},
+                  {"uses": "actions/upload-artifact@v4", "if": "always()",
+                   "with": {"name": "coverage", "path": "docs/coverage.md\ndocs/coverage/records"}}]}
     return {"name": "contract", "on": {"push": None, "pull_request": None, "schedule": [{"cron": "17 3 * * *"}],
                                        "workflow_dispatch": None},
             "concurrency": {"group": "contract-${{ github.ref }}", "cancel-in-progress": True},

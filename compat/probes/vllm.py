@@ -291,14 +291,7 @@ def cache_config_kv_cache_layout(reader: Reader):
 
 def _mentions(tree: ast.AST, names) -> bool:
     """Is any of ``names`` used as a name, attribute or imported name in ``tree``?"""
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Name) and node.id in names:
-            return True
-        if isinstance(node, ast.Attribute) and node.attr in names:
-            return True
-        if isinstance(node, ast.alias) and (node.asname or node.name) in names:
-            return True
-    return False
+    return not astkit.names_used(tree).isdisjoint(names)
 
 
 # -- KV cache config API -------------------------------------------------------

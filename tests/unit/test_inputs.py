@@ -1,0 +1,132 @@
+"""Staleness per cell (issue 32): a record is stale only when something that decides its own outcome changed.
+
+Expectations from release facts, not from ci/inputs.py: p17 (async scheduling off) exists because vLLM 0.14.0
+made async scheduling default on (its declaration's upstream), so it can decide vLLM 0.20's cells and not 0.11's;
+K1 is a patch of the serve path (patches/serve), which no old-path cell runs.
+"""
+
+from __future__ import annotations
+
+import copy
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from ci import evidence, inputs, table
+
+ROOT = Path(__file__).resolve().parents[2]
+DATA = table.load()
+CELLS = {c.name: c for c in DATA.cells(include_serve=True)}
+OLD_020, OLD_011, SERVE_032 = "vllm0.20.0-spec0.4.0.1", "vllm0.11.0-spec0.3.0", "vllm0.32.0-spec0.9.0"
+
+
+@pytest.fixture
+def tree(tmp_path):
+    """A copy of what decides cells (the kit, patches, tests, fixtures, ci, pyproject) to change files in."""
+    for top in ("compat", "patches", "tests", "fixtures", "ci"):
+        shutil.copytree(ROOT / top, tmp_path / top, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(ROOT / "pyproject.toml", tmp_path)
+    return tmp_path
+
+
+def _record(name: str, snapshot: dict, ran: list[str] | None = None) -> evidence.Record:
+    cell = CELLS[name]
+    tests = [{"test": f"{path}::test_it", "outcome": "passed", "seconds": 1.0} for path in (ran or [])]
+    return evidence.Record(name=name, kind="cell", status="pass", commit=None, dirty=None, suite=None,
+                           pytest_args=[], device={"kind": "cpu"}, versions={}, date="2026-12-02T00:00:00+00:00",
+                           tests=tests, path=cell.path, details={"inputs": copy.deepcopy(snapshot)})
+
+
+def _ran(tree: Path, name: str) -> list[str]:
+    return inputs.Inputs(tree).scope_tests(CELLS[name])
+
+
+def _records(tree: Path) -> dict[str, evidence.Record]:
+    snap = inputs.Inputs(tree)
+    return {name: _record(name, snap.snapshot(CELLS[name]), _ran(tree, name)) for name in (OLD_020, OLD_011, SERVE_032)}
+
+
+def _changes(tree: Path, records: dict) -> dict[str, list[str]]:
+    now = inputs.Inputs(tree)
+    return {name: now.changes(CELLS[name], record) for name, record in records.items()}
+
+
+def _touch(path: Path) -> None:
+    path.write_text(path.read_text() + "\n# changed by the test\n")
+
+
+def test_records_of_an_unchanged_checkout_are_fresh(tree):
+    assert _changes(tree, _records(tree)) == {OLD_020: [], OLD_011: [], SERVE_032: []}
+
+
+def test_a_change_to_a_serve_only_patch_leaves_old_path_records_fresh(tree):
+    records = _records(tree)
+    _touch(tree / "patches" / "serve" / "k1_cpu_connector.py")
+    changes = _changes(tree, records)
+    assert changes[OLD_020] == [] and changes[OLD_011] == []
+    assert changes[SERVE_032] == ["patches/serve/k1_cpu_connector.py (patch) changed"]
+    records = _records(tree)
+    _touch(tree / "compat" / "serve" / "runner.py")  # the serve path's own driver
+    changes = _changes(tree, records)
+    assert changes[OLD_020] == [] and changes[SERVE_032] == ["compat/serve/runner.py (harness) changed"]
+
+
+def test_a_change_to_an_old_path_patch_in_range_of_0_20_stales_0_20_but_not_0_11(tree):
+    records = _records(tree)
+    _touch(tree / "patches" / "p17_async_scheduling_off.py")
+    changes = _changes(tree, records)
+    assert changes[OLD_020] == ["patches/p17_async_scheduling_off.py (patch) changed"]
+    assert changes[OLD_011] == [] and changes[SERVE_032] == []
+
+
+def test_the_harness_stales_every_cell_and_a_probe_only_its_pipelines_cells(tree):
+    records = _records(tree)
+    _touch(tree / "compat" / "apply.py")
+    assert all(c == ["compat/apply.py (harness) changed"] for c in _changes(tree, records).values())
+    records = _records(tree)
+    _touch(tree / "compat" / "probes" / "serve_cpu_copy.py")  # K1's probe: the serve path's only
+    changes = _changes(tree, records)
+    assert changes[OLD_020] == [] and changes[SERVE_032] == ["compat/probes/serve_cpu_copy.py (probe) changed"]
+    records = _records(tree)
+    _touch(tree / "compat" / "probes" / "runner_v2.py")  # an old-path probe: test_runtime_probes checks its claims
+    changes = _changes(tree, records)
+    assert changes[OLD_020] == changes[OLD_011] == ["compat/probes/runner_v2.py (probe) changed"]
+
+
+def test_a_test_file_the_cell_ran_stales_it_and_a_new_one_in_its_scope_too(tree):
+    records = _records(tree)
+    ran = _ran(tree, OLD_020)[0]
+    _touch(tree / ran)
+    assert _changes(tree, records)[OLD_020] == [f"{ran} (test) changed"]
+    records = _records(tree)
+    (tree / "tests" / "contract" / "test_brand_new.py").write_text("def test_new():\n    pass\n")
+    changes = _changes(tree, records)
+    assert changes[OLD_020] == ["tests/contract/test_brand_new.py (test) is new: it never ran on this cell"]
+    assert changes[SERVE_032] == []  # not in the serve cells' scope
+
+
+def test_a_record_without_inputs_is_judged_by_its_clean_commits_tree():
+    """b4d4a2d's compat/host.py scanned bytes; this branch reads ELF (git log): every cell's harness changed."""
+    judge = inputs.Inputs(ROOT)
+    assert judge.tree("b4d4a2d") is not None, "the checkout must hold b4d4a2d (a clone with history)"
+    record = _record(OLD_011, {}, [])
+    record.details = {}
+    record.commit, record.dirty = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "b4d4a2d"],
+                                                 capture_output=True, text=True, check=True).stdout.strip(), False
+    assert "compat/host.py (harness) changed" in judge.changes(CELLS[OLD_011], record)
+    record.dirty, record.suite = True, "f" * 16  # uncommitted changes: what it ran is unknown, the suite rule decides
+    assert judge.changes(CELLS[OLD_011], record) is None
+    state, why = inputs.Freshness(DATA, suite="0" * 16)(record)
+    assert state == evidence.STALE and "suite" in why
+
+
+def test_a_cell_record_carries_its_inputs():
+    from ci import cell
+
+    record = cell.base_record(CELLS[OLD_020])
+    assert record.details["inputs"]["patches/p17_async_scheduling_off.py"] == inputs.blob_id(
+        (ROOT / "patches" / "p17_async_scheduling_off.py").read_bytes())
+    assert "patches/serve/k1_cpu_connector.py" not in record.details["inputs"]
+    assert inputs.blob_id(b"hello\n") == "ce013625030ba8dba906f756967f9e9ca394464a"  # git hash-object of it
