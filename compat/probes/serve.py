@@ -16,7 +16,7 @@ import functools
 
 from .. import astkit
 from ..astkit import Reader
-from .base import Reading, Unknown
+from .base import Reading, Unknown, nowhere_in
 from .serve_connector import VLLM_CONNECTOR, VLLM_CONNECTOR_CLASS, serve_probe
 from .vllm import _init_argument
 
@@ -49,10 +49,20 @@ def _constants(tree: ast.AST, value: str):
 # -- S1: the method ----------------------------------------------------------------------
 
 
+def _speculative_module(reader: Reader):
+    """(relpath, tree) of the first of SPECULATIVE that defines SpeculativeConfig, or (None, Unknown): a module
+    that does not define the class (a fallback read after the class moved) says nothing about the method."""
+    for relpath in SPECULATIVE:
+        tree = reader.module(relpath)
+        if tree is not None and astkit.defines(tree, "SpeculativeConfig") is not None:
+            return relpath, tree
+    return None, Unknown(f"none of {', '.join(SPECULATIVE)} defines SpeculativeConfig (moved or renamed?)")
+
+
 def _method_reading(reader: Reader):
-    relpath, tree = _first_module(reader, SPECULATIVE)
-    if tree is None:
-        return Unknown(f"none of {', '.join(SPECULATIVE)} found")
+    relpath, tree = _speculative_module(reader)
+    if relpath is None:
+        return tree
     hits = _constants(tree, METHOD)
     if hits:
         return Reading("present", relpath, hits[0].lineno)
@@ -112,9 +122,9 @@ def _on_connector(fn):
 @serve_probe("serve.allowlist")
 def serve_allowlist(reader: Reader):
     """aux_hidden_states_supported model types: absent (0.22+) / without-deepseek-family (0.17) / with-deepseek-family."""
-    relpath, tree = _first_module(reader, SPECULATIVE)
-    if tree is None:
-        return Unknown(f"none of {', '.join(SPECULATIVE)} found")
+    relpath, tree = _speculative_module(reader)
+    if relpath is None:
+        return tree
     lists = [n for n in ast.walk(tree) if isinstance(n, ast.Assign)
              and any(isinstance(t, ast.Name) and t.id == "aux_hidden_states_supported" for t in n.targets)]
     if not lists:
@@ -495,7 +505,7 @@ def serve_v2_extractor(reader: Reader):
     if tree is None:
         if reader.module("vllm/v1/worker/gpu/spec_decode/__init__.py") is None:
             return method_absent(reader, "vllm/v1/worker/gpu/spec_decode not found")
-        return Reading("absent", None, None)
+        return nowhere_in(reader, "vllm/v1/worker/gpu/", "ExtractHiddenStatesSpeculator")
     if astkit.defines(tree, "ExtractHiddenStatesSpeculator") is None:
         return Unknown(f"{V2_EXTRACTOR} has no ExtractHiddenStatesSpeculator")
     return Reading("present", V2_EXTRACTOR, astkit.defines(tree, "ExtractHiddenStatesSpeculator").lineno)

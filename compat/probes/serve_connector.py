@@ -46,6 +46,9 @@ class _Pristine(Source):
         text = self._inner.read(relpath)
         return text if text is None else strip_fences(text)
 
+    def names(self, prefix: str, suffix: str) -> list[str]:
+        return self._inner.names(prefix, suffix)
+
 
 def strip_fences(text: str) -> str:
     """``text`` without the kit's fenced insertions: the file as upstream shipped it."""
