@@ -195,8 +195,10 @@ def judge_surface(surface, layer_ids: list[int] | None = None):
     return decisions, found, answer(decisions, surface, found)
 
 
-def serve_decisions(surface):
-    """The serve path's patch decisions for an installed surface (speculators >= 0.5), or None for the old path."""
+def judge_installed(surface):
+    """The plan of an installed surface on the serve path (speculators >= 0.5), as :func:`judge_surface` gives it:
+    (decisions, rules, (answer, exit code)); None for the old path.  ``compat apply`` in every mode carries it, so
+    apply, --dry-run and --verify give the plan's answer and exit code for the same install."""
     version = surface.version("speculators")
     try:
         if version is None or Version(version) < MODERN:
@@ -204,7 +206,18 @@ def serve_decisions(surface):
     except InvalidVersion:
         return None
     _hs_connectors(surface, installed_only=True)
-    return judge_surface(surface)[0]
+    return judge_surface(surface)
+
+
+def serve_decisions(surface):
+    """The serve path's patch decisions for an installed surface (speculators >= 0.5), or None for the old path."""
+    judged = judge_installed(surface)
+    return judged[0] if judged else None
+
+
+def rule_line(rule: Rule) -> str:
+    """How plan and apply print a rule: ``  FLAGS vllm serve ...``, ``  NO    [hybrid] ...``."""
+    return f"  {rule.word:5} {'' if rule.scope == 'every model' else f'[{rule.scope}] '}{rule.text}"
 
 
 def run(args) -> int:
@@ -242,6 +255,6 @@ def run(args) -> int:
         for d in decisions:
             print(f"  {d.patch.id:{width}}  {'apply' if d.verdict == 'needed' else d.verdict:16} {d.reason}")
         for r in found:
-            print(f"  {r.word:5} {'' if r.scope == 'every model' else f'[{r.scope}] '}{r.text}")
+            print(rule_line(r))
         print(text)
     return code
