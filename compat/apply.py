@@ -149,7 +149,8 @@ def _decide(args) -> int:
                                  f"nothing was changed")
     decisions = list(verdicts.exclude(decisions, args.exclude))
     said, no = plan_said(surface, judged)  # the plan's rules, printed on every path, and its NO (issue 29.5)
-    unproven_first = proven.summary(decisions, surface.version("vllm"))
+    device = proven.device_of(surface)
+    unproven_first = proven.summary(decisions, surface.version("vllm"), device)
     if no is not None and mode in ("apply", "dry-run"):  # the plan's NO stops apply with the plan's exit code
         return _finish(args, mode, surface, Result(decisions=decisions, problems=[no]), lines=said["lines"],
                        **said["doc"])
@@ -162,7 +163,7 @@ def _decide(args) -> int:
         result.problems.append(no)
     # issue 19.4/19.17: what confirm cannot prove, and the needed patches no record proved on this release line
     lines = said["lines"] + proven.user_proofs(result.decisions)
-    unproven = proven.summary(result.decisions, surface.version("vllm"))
+    unproven = proven.summary(result.decisions, surface.version("vllm"), device)
     lines += [f"unproven: {unproven}"] if unproven else []
     return _finish(args, mode, surface, result, lines=lines, **said["doc"])
 

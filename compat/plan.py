@@ -107,7 +107,7 @@ def run(args: argparse.Namespace) -> int:
         decisions = []  # no generator: no patch verdict means anything
     doc = {"schema": 1, "mode": "plan", "surface": surface.as_json(), "paired": sources,
            "patches": [d.as_json() for d in decisions], "answer": str(answer), "exit_code": answer.exit_code,
-           "unproven": [d.patch.id for d in proven.unproven(decisions, surface.version("vllm"))]}
+           "unproven": [d.patch.id for d in proven.unproven(decisions, surface.version("vllm"), proven.device_of(surface))]}
     if args.json_file:
         try:
             Path(args.json_file).write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n")
@@ -269,13 +269,14 @@ def judge(decisions, surface, require_proven: bool = False) -> Answer:
         return Answer("UNKNOWN", f"{len(unknown)} patch(es) depend on probes that could not decide ({names}); "
                       "do not install blind", report.PATCH_PROBLEM)
     needed = [d for d in decisions if d.verdict == "needed"]
-    unproven = proven.summary(needed, surface.version("vllm"))
+    device = proven.device_of(surface)
+    unproven = proven.summary(needed, surface.version("vllm"), device)
     if unproven and require_proven:
         return Answer("NO", f"--require-proven: {unproven}", report.PATCH_PROBLEM)
     losses = "".join(f"; but it fails at {d.patch.known_loss[d.variant]} ({d.patch.id}: no patch for "
                      f"{d.patch.variant_probe}={d.variant})" for d in decisions if d.verdict == "known-loss")
     if needed:
-        caveat = f"; {len(proven.unproven(needed, surface.version('vllm')))} of them unproven here" if unproven else ""
+        caveat = f"; {len(proven.unproven(needed, surface.version('vllm'), device))} of them unproven here" if unproven else ""
         return Answer("YES", f"with {len(needed)} patch(es){caveat}: install it, then run compat apply{losses}",
                       report.OK)
     return Answer("YES", f"no patch needed{losses}", report.OK)
@@ -305,7 +306,7 @@ def render(surface, sources: dict[str, str], decisions, answer: Answer, vllm: So
         shown = ("apply" if answer.word == "YES" else "needed") if d.verdict == "needed" else d.verdict
         lines.append(f"  {d.patch.id:{width}}  {shown:16} {d.reason}")
     lines += proven.user_proofs(decisions) + host_notes(surface, vllm)
-    unproven = proven.describe(decisions, surface.version("vllm"))
+    unproven = proven.describe(decisions, surface.version("vllm"), proven.device_of(surface))
     if unproven:
         lines.append(f"unproven: {unproven}")
     lines.append(str(answer))

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
 
-from . import builds, exit_policy, registry, report
+from . import builds, exit_policy, proven, registry, report
 from .astkit import Reader
 from .layout import cache_root
 from .probes import PROBES, Unknown
@@ -239,9 +239,13 @@ def run(args) -> int:
     if speculators is None:  # a bare version whose wheel is not here: its client cannot be read
         text, code = _worded("UNKNOWN", f"speculators {args.speculators} cannot be read here "
                                         f"({paired['speculators']}); do not install blind")
+    version, device = surface.version("vllm"), proven.device_of(surface)
+    unproven = proven.summary(decisions, version, device)
+    if unproven and getattr(args, "require_proven", False) and text.startswith("YES"):
+        text, code = _worded("NO", f"--require-proven: {unproven}")
     doc = {"schema": 1, "mode": "plan", "path": "serve", "surface": surface.as_json(), "paired": paired,
            "patches": [d.as_json() for d in decisions], "rules": [r.__dict__ for r in found], "answer": text,
-           "exit_code": code}
+           "exit_code": code, "unproven": [d.patch.id for d in proven.unproven(decisions, version, device)]}
     if getattr(args, "json_file", None):
         Path(args.json_file).write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n")
     if getattr(args, "json", False):
@@ -256,5 +260,7 @@ def run(args) -> int:
             print(f"  {d.patch.id:{width}}  {'apply' if d.verdict == 'needed' else d.verdict:16} {d.reason}")
         for r in found:
             print(rule_line(r))
+        if unproven:
+            print(f"unproven: {proven.describe(decisions, version, device)}")
         print(text)
     return code
