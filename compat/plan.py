@@ -87,6 +87,9 @@ def layer_ids(text: str) -> list[int]:
 
 
 def run(args: argparse.Namespace) -> int:
+    unread = unread_speculators(args)  # a path whose package or version cannot be read decides nothing below
+    if unread is not None:
+        return unread
     if plan_serve.wants(args.speculators):  # speculators >= 0.5: the vllm serve path
         return plan_serve.run(args)
     if getattr(args, "layer_ids", None):
@@ -128,6 +131,42 @@ def main(argv: list[str] | None = None) -> int:
 
 
 # -- pairing ---------------------------------------------------------------------
+
+
+def unread_speculators(args: argparse.Namespace) -> int | None:
+    """The exit code when ``--speculators PATH`` cannot be judged, after saying why; None when it can (or is no path).
+
+    A path with no speculators package (an empty folder, another project) is bad input: exit 2.  A package whose
+    version cannot be read (a checkout: speculators computes it at build time) is UNKNOWN: the version alone says
+    which path it takes (the generator's, or ``vllm serve`` from 0.5), and a guess would send a 0.9.0 checkout
+    down the old path (UNSUPPORTED, --layer-ids refused)."""
+    wanted = args.speculators
+    if not wanted or not _is_path(wanted):
+        return None
+    try:
+        source = open_source(wanted, module="speculators")
+    except SourceError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return report.ENVIRONMENT
+    if source.read("speculators/__init__.py") is None:
+        print(f"error: --speculators {wanted}: no speculators package there (neither speculators/__init__.py nor "
+              "src/speculators/__init__.py); pass a speculators wheel, sdist or source checkout", file=sys.stderr)
+        return report.ENVIRONMENT
+    if source.version is not None:
+        return None
+    answer = Answer("UNKNOWN", f"cannot read the version of speculators at {wanted} ({source.unread}), and the "
+                    "version decides the path (the generator's below 0.5, vllm serve from 0.5): build it "
+                    "(pip wheel --no-deps PATH) and pass the wheel; do not install blind")
+    doc = {"schema": 1, "mode": "plan", "paired": {"speculators": f"read from {wanted}"}, "patches": [],
+           "answer": str(answer), "exit_code": answer.exit_code}
+    if args.json_file:
+        try:
+            Path(args.json_file).write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n")
+        except OSError as exc:
+            print(f"error: cannot write {args.json_file}: {exc}", file=sys.stderr)
+            return report.ENVIRONMENT
+    print(json.dumps(doc, indent=2) if args.json else str(answer))
+    return answer.exit_code
 
 
 def _is_path(text: str) -> bool:

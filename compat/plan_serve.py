@@ -44,7 +44,7 @@ def _cached_wheel(dist: str, version: str) -> Path | None:
 def speculators_source(wanted: str | None):
     """The speculators source to plan with (path, bare version via the wheel cache, or installed), or None."""
     if wanted and (Path(wanted).exists() or wanted.endswith(".whl")):
-        return open_source(wanted)
+        return open_source(wanted, module="speculators")
     if wanted:
         cached = _cached_wheel("speculators", wanted)
         return open_source(cached) if cached else None

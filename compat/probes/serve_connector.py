@@ -38,7 +38,7 @@ class _Pristine(Source):
     """A source with the kit's fenced insertions taken out again."""
 
     def __init__(self, inner: Source):
-        super().__init__(*(getattr(inner, a, None) for a in ("kind", "location", "dist_name", "version")))
+        super().__init__(*(getattr(inner, a, None) for a in ("kind", "location", "dist_name", "version", "metadata")))
         self.environ = getattr(inner, "environ", None)
         self._inner = inner
 

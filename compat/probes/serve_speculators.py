@@ -105,6 +105,8 @@ def speculators_hs_connectors(reader: Reader):
         return Unknown("the distribution's metadata is not known")
     relpath = f"{name.replace('-', '_')}-{version}.dist-info/METADATA"
     text = reader.text(relpath)
+    if text is None and reader.source.metadata:  # an sdist's PKG-INFO (or a tree's): the same core metadata
+        relpath, text = "PKG-INFO", reader.source.metadata
     if text is None:
         return Unknown(f"{relpath} not readable")
     for line in email.parser.Parser().parsestr(text, headersonly=True).get_all("Requires-Dist") or []:
