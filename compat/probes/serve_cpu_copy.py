@@ -27,6 +27,10 @@ CPU_PACKAGE = "vllm/v1/worker/cpu/__init__.py"  # the package shm.py came with (
 NAME = "serve.cpu.connector_copy"
 
 
+#: the connector methods that held the pinned copy in a release: save_kv_layer (0.22-0.23), _submit_async_write (0.24+)
+COPY_METHODS = ("save_kv_layer", "_submit_async_write")
+
+
 def _pin_memory_calls(tree: ast.Module) -> list[ast.Call]:
     return [n for n in ast.walk(tree) if isinstance(n, ast.Call) and any(k.arg == "pin_memory" for k in n.keywords)]
 
@@ -83,6 +87,9 @@ def cpu_connector(reader) -> Reading | Unknown:
     line = pins[0].lineno
     shm = reader.module(CPU_SHM)
     copy_method = _copy_method(tree)
+    if copy_method not in COPY_METHODS:  # a renamed method is no evidence of either release's shape (issue 29.7)
+        return Unknown(f"{CONNECTOR}: the pinned copy is in {copy_method or 'no method of the connector'}, "
+                       f"neither of {', '.join(COPY_METHODS)}: a shape not seen")
     if shm is None:
         if copy_method == "_submit_async_write" or reader.module(CPU_PACKAGE) is not None:
             return Unknown(f"{CPU_SHM} not found, though {CPU_PACKAGE} is there or the copy is in "

