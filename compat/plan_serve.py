@@ -21,7 +21,7 @@ from . import builds, exit_policy, proven, registry, report
 from .astkit import Reader
 from .layout import cache_root
 from .probes import PROBES, Unknown
-from .probes.serve_layer_ids import prescribed, repeated
+from .probes.serve_layer_ids import default_layer_ids, prescribed, repeated, repeating_defaults
 from .sources import InstalledSource, SourceError, open_source
 from .surface import evaluate, installed_sources
 from .verdicts import Decision
@@ -164,9 +164,19 @@ def _mooncake_on_cpu(v) -> list[Rule]:
 
 
 def layer_id_rules(surface, ids: list[int] | None) -> list[Rule]:
-    """What this vLLM does with the user's ids (``compat plan --layer-ids``): repeated ids are NO, unsorted a NOTE."""
-    if not ids or surface.values.get("serve.method") == "absent":
+    """What this vLLM does with the user's ids (``compat plan --layer-ids``): repeated ids are NO, unsorted a NOTE;
+    without ids, a NOTE where speculators' default ids repeat for small models and this vLLM dies on them."""
+    if surface.values.get("serve.method") == "absent":
         return []
+    if not ids:
+        if surface.values.get("serve.layer_ids.repeated") != "repeated-ids-kill-engine":
+            return []
+        depths = repeating_defaults()
+        examples = ", ".join(f"{default_layer_ids(n)} for {n}" for n in depths[:2])
+        return [Rule("NOTE", f"speculators' default layer ids [2, L//2, L-3, L] repeat for models of "
+                             f"{depths[0]}-{depths[-1]} layers ({examples}), and this vLLM dies on repeated ids "
+                             f"(\"The expanded size of the tensor ...\"): for such a model pass unique ids "
+                             f"(--target-layer-ids; compat plan --layer-ids checks them)")]
     state, twice, fix = surface.values.get("serve.layer_ids.repeated"), repeated(ids), prescribed(ids)
     if twice and state == "repeated-ids-kill-engine":
         return [Rule("NO", f"layer ids {ids} repeat {twice}: this vLLM sizes the extract buffer by len(ids) "
