@@ -108,7 +108,7 @@ def _finish(args, mode: str, surface, result: Result, **extra) -> int:
     outcome = exit_policy.decide(mode, result.decisions, result.problems)
     lines = report.header(surface) if surface else []
     lines += report.table(result.decisions, brief=args.brief) if result.decisions else []
-    lines += [p.text if p.kind == "unsupported" else f"problem: {p.text}" for p in result.problems]
+    lines += [p.text if p.kind in ("unsupported", "incompatible") else f"problem: {p.text}" for p in result.problems]
     lines += [f"note: {n}" for n in result.notes]
     if result.written:
         lines.append(f"wrote {len(result.written)} file(s): {', '.join(result.written)}")
@@ -133,7 +133,8 @@ def _decide(args) -> int:
         message = f"{module} is not installed (no distribution provides the `{module}` module)"
         return _refuse(args, _environment(message), missing=missing)
     surface = evaluate(found["vllm"][1], found["speculators"][1], found["transformers"][1])
-    serve = plan_serve.serve_decisions(surface)  # speculators >= 0.5: the vllm serve path's patches
+    judged = plan_serve.judge_installed(surface)  # speculators >= 0.5: the vllm serve path's plan
+    serve = judged[0] if judged else None
     if serve is None and surface.values.get("speculators.generator") == "absent":
         message = (f"nothing to patch: speculators {surface.version('speculators')} has no hidden-states generator "
                    f"this kit knows ({GENERATOR} and {WORKER} are absent; speculators >= 0.5 generates hidden "
@@ -147,17 +148,25 @@ def _decide(args) -> int:
         raise EnvironmentProblem(f"--exclude: no patch has the id {', '.join(unknown)} (known: {known}); "
                                  f"nothing was changed")
     decisions = list(verdicts.exclude(decisions, args.exclude))
-    unproven_first = proven.summary(decisions, surface.version("vllm"))
+    said, no = plan_said(surface, judged)  # the plan's rules, printed on every path, and its NO (issue 29.5)
+    device = proven.device_of(surface)
+    unproven_first = proven.summary(decisions, surface.version("vllm"), device)
+    if no is not None and mode in ("apply", "dry-run"):  # the plan's NO stops apply with the plan's exit code
+        return _finish(args, mode, surface, Result(decisions=decisions, problems=[no]), lines=said["lines"],
+                       **said["doc"])
     if getattr(args, "require_proven", False) and unproven_first and mode in ("apply", "dry-run"):
         refused = Finding("problem", f"--require-proven: {unproven_first}; nothing was changed")
-        return _finish(args, mode, surface, Result(decisions=decisions, problems=[refused]))
+        return _finish(args, mode, surface, Result(decisions=decisions, problems=[refused]), lines=said["lines"],
+                       **said["doc"])
     result = run_targets(mode, decisions, surface.fingerprint())
     install = install_level(mode, result, serve=serve is not None)
+    if no is not None:  # --verify reads what is on disk, and still answers the plan's NO
+        result.problems.append(no)
     # issue 19.4/19.17: what confirm cannot prove, and the needed patches no record proved on this release line
-    lines = proven.user_proofs(result.decisions)
-    unproven = proven.summary(result.decisions, surface.version("vllm"))
+    lines = said["lines"] + proven.user_proofs(result.decisions)
+    unproven = proven.summary(result.decisions, surface.version("vllm"), device)
     lines += [f"unproven: {unproven}"] if unproven else []
-    return _finish(args, mode, surface, result, lines=lines, install=install)
+    return _finish(args, mode, surface, result, lines=lines, install=install, **said["doc"])
 
 
 def install_level(mode: str, result: Result, serve: bool) -> dict:
@@ -183,6 +192,27 @@ def install_level(mode: str, result: Result, serve: bool) -> dict:
     else:
         result.notes.append(f"{install_checks.ALIAS_ID}: needed, apply writes it: {found.reason}")
     return install
+
+
+def plan_said(surface, judged) -> tuple[dict, Finding | None]:
+    """What ``compat plan`` says of this install that no patch changes: its rules (FLAGS, NOTEs, a NO for some
+    models) as lines and JSON, and its NO for every model as an ``incompatible`` finding (exit 1, as plan's NO:
+    :mod:`compat.exit_policy`), or None.  The serve path's rules come from :func:`compat.plan_serve.rules`; the
+    old path's NO from :func:`compat.plan.incompatible`."""
+    if judged is not None:
+        _decisions, rules, (answer, _code) = judged
+        no = answer if answer.startswith("NO:") else None
+        said = {"lines": [plan_serve.rule_line(r) for r in rules],
+                "doc": {"rules": [r.__dict__ for r in rules], "plan_answer": answer}}
+    else:
+        from .plan import incompatible  # the old path's combinations no patch rescues
+
+        why = incompatible(surface)
+        no = f"NO: {why}" if why else None
+        said = {"lines": [], "doc": {"plan_answer": no} if no else {}}
+    if no is None:
+        return said, None
+    return said, Finding("incompatible", f"{no} (compat plan's answer for this install); nothing was changed")
 
 
 def by_target(decisions: list[Decision]) -> dict[str, list[Decision]]:

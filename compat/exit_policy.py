@@ -7,7 +7,10 @@ what a finding means (before this module, six places decided it, and
 
     0    OK / YES        everything needed is (or would be) applied and verified
     1    PROBLEM / NO /  a needed patch failed, a file drifted, a needed patch is not on disk,
-         UNKNOWN         a probe a patch depends on is unknown, --verify found a problem
+         UNKNOWN         a probe a patch depends on is unknown, --verify found a problem;
+                         NO: the plan's answer for the install is NO (no patch rescues the combination:
+                         ``compat plan``'s rules), and ``apply``, ``--dry-run`` and ``--verify`` give that
+                         same NO and code (apply and --dry-run stop before anything is written)
     2    ERROR           an environment or usage problem (package missing, editable or read-only
                          install, ambiguous copies, unreadable or corrupt state, lock, any OSError,
                          bad arguments); a refusal changes nothing
@@ -38,7 +41,7 @@ BROKEN_PIPE = 128 + int(signal.SIGPIPE)
 SEVERITY = ("environment", "unsupported", "incompatible", "problem", "unknown")
 CODES = {None: OK, "environment": ENVIRONMENT, "unsupported": UNSUPPORTED, "incompatible": PATCH_PROBLEM,
          "problem": PATCH_PROBLEM, "unknown": PATCH_PROBLEM}
-_COMMAND_WORDS = {None: "OK", "environment": "ERROR", "unsupported": "UNSUPPORTED", "incompatible": "PROBLEM",
+_COMMAND_WORDS = {None: "OK", "environment": "ERROR", "unsupported": "UNSUPPORTED", "incompatible": "NO",
                   "problem": "PROBLEM", "unknown": "UNKNOWN"}
 #: The words each mode prints; ``plan`` answers the question "can I install this?".
 WORDS = {

@@ -87,6 +87,9 @@ def layer_ids(text: str) -> list[int]:
 
 
 def run(args: argparse.Namespace) -> int:
+    unread = unread_speculators(args)  # a path whose package or version cannot be read decides nothing below
+    if unread is not None:
+        return unread
     if plan_serve.wants(args.speculators):  # speculators >= 0.5: the vllm serve path
         return plan_serve.run(args)
     if getattr(args, "layer_ids", None):
@@ -107,7 +110,7 @@ def run(args: argparse.Namespace) -> int:
         decisions = []  # no generator: no patch verdict means anything
     doc = {"schema": 1, "mode": "plan", "surface": surface.as_json(), "paired": sources,
            "patches": [d.as_json() for d in decisions], "answer": str(answer), "exit_code": answer.exit_code,
-           "unproven": [d.patch.id for d in proven.unproven(decisions, surface.version("vllm"))]}
+           "unproven": [d.patch.id for d in proven.unproven(decisions, surface.version("vllm"), proven.device_of(surface))]}
     if args.json_file:
         try:
             Path(args.json_file).write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n")
@@ -128,6 +131,42 @@ def main(argv: list[str] | None = None) -> int:
 
 
 # -- pairing ---------------------------------------------------------------------
+
+
+def unread_speculators(args: argparse.Namespace) -> int | None:
+    """The exit code when ``--speculators PATH`` cannot be judged, after saying why; None when it can (or is no path).
+
+    A path with no speculators package (an empty folder, another project) is bad input: exit 2.  A package whose
+    version cannot be read (a checkout: speculators computes it at build time) is UNKNOWN: the version alone says
+    which path it takes (the generator's, or ``vllm serve`` from 0.5), and a guess would send a 0.9.0 checkout
+    down the old path (UNSUPPORTED, --layer-ids refused)."""
+    wanted = args.speculators
+    if not wanted or not _is_path(wanted):
+        return None
+    try:
+        source = open_source(wanted, module="speculators")
+    except SourceError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return report.ENVIRONMENT
+    if source.read("speculators/__init__.py") is None:
+        print(f"error: --speculators {wanted}: no speculators package there (neither speculators/__init__.py nor "
+              "src/speculators/__init__.py); pass a speculators wheel, sdist or source checkout", file=sys.stderr)
+        return report.ENVIRONMENT
+    if source.version is not None:
+        return None
+    answer = Answer("UNKNOWN", f"cannot read the version of speculators at {wanted} ({source.unread}), and the "
+                    "version decides the path (the generator's below 0.5, vllm serve from 0.5): build it "
+                    "(pip wheel --no-deps PATH) and pass the wheel; do not install blind")
+    doc = {"schema": 1, "mode": "plan", "paired": {"speculators": f"read from {wanted}"}, "patches": [],
+           "answer": str(answer), "exit_code": answer.exit_code}
+    if args.json_file:
+        try:
+            Path(args.json_file).write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n")
+        except OSError as exc:
+            print(f"error: cannot write {args.json_file}: {exc}", file=sys.stderr)
+            return report.ENVIRONMENT
+    print(json.dumps(doc, indent=2) if args.json else str(answer))
+    return answer.exit_code
 
 
 def _is_path(text: str) -> bool:
@@ -269,13 +308,14 @@ def judge(decisions, surface, require_proven: bool = False) -> Answer:
         return Answer("UNKNOWN", f"{len(unknown)} patch(es) depend on probes that could not decide ({names}); "
                       "do not install blind", report.PATCH_PROBLEM)
     needed = [d for d in decisions if d.verdict == "needed"]
-    unproven = proven.summary(needed, surface.version("vllm"))
+    device = proven.device_of(surface)
+    unproven = proven.summary(needed, surface.version("vllm"), device)
     if unproven and require_proven:
         return Answer("NO", f"--require-proven: {unproven}", report.PATCH_PROBLEM)
     losses = "".join(f"; but it fails at {d.patch.known_loss[d.variant]} ({d.patch.id}: no patch for "
                      f"{d.patch.variant_probe}={d.variant})" for d in decisions if d.verdict == "known-loss")
     if needed:
-        caveat = f"; {len(proven.unproven(needed, surface.version('vllm')))} of them unproven here" if unproven else ""
+        caveat = f"; {len(proven.unproven(needed, surface.version('vllm'), device))} of them unproven here" if unproven else ""
         return Answer("YES", f"with {len(needed)} patch(es){caveat}: install it, then run compat apply{losses}",
                       report.OK)
     return Answer("YES", f"no patch needed{losses}", report.OK)
@@ -305,7 +345,7 @@ def render(surface, sources: dict[str, str], decisions, answer: Answer, vllm: So
         shown = ("apply" if answer.word == "YES" else "needed") if d.verdict == "needed" else d.verdict
         lines.append(f"  {d.patch.id:{width}}  {shown:16} {d.reason}")
     lines += proven.user_proofs(decisions) + host_notes(surface, vllm)
-    unproven = proven.describe(decisions, surface.version("vllm"))
+    unproven = proven.describe(decisions, surface.version("vllm"), proven.device_of(surface))
     if unproven:
         lines.append(f"unproven: {unproven}")
     lines.append(str(answer))

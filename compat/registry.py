@@ -131,7 +131,7 @@ def _by_versions_and_probes(patch: Patch, surface: Surface) -> Decision:
     unknown-surface with both facts.  A version that does not order with the
     releases leaves the prefilter unknown, and the probes decide alone.
     """
-    outside, unordered = [], []
+    outside, unordered, outside_packages = [], [], set()
     for package, spec in patch.versions.items():
         version = surface.version(package)
         if version is None and surface.packages.get(package) is not None:  # there, but its version unreadable
@@ -147,9 +147,15 @@ def _by_versions_and_probes(patch: Patch, surface: Surface) -> Decision:
             unordered.append((package, f"{package} {version} does not order with {package} releases"))
         elif not inside:
             outside.append(f"{package} {version} not in {spec}")
+            outside_packages.add(package)
     decision = _by_probes(patch, surface)
     if outside:
-        if decision.verdict == "needed" and patch.requires:
+        # a precondition, or a variant probe of the package the label puts out of range (the serve patches K4,
+        # K12, K13: requires={}), that reads the bug as present is not overruled by the label (issue 29.6)
+        # (the old path's variant, speculators.generator, stands for speculators' version: the label decides there)
+        reads_it = patch.requires or (patch.variant_probe != "speculators.generator"
+                                      and PROBES[patch.variant_probe].package in outside_packages)
+        if decision.verdict == "needed" and reads_it:
             return replace(decision, verdict="unknown-surface", reason=(
                 f"the version prefilter says too old ({'; '.join(outside)}), but the probes read the change as "
                 f"present ({decision.reason}): a backport or a vendor build? check by hand"))

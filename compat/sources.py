@@ -259,12 +259,25 @@ class SdistSource(Source):
         return None if data is None else data.decode("utf-8")
 
     def read_bytes(self, relpath: str) -> bytes | None:
-        member = self._members.get(f"{self._root}/{relpath}" if self._root else relpath)
+        prefix = f"{self._root}/" if self._root else ""
+        member = self._members.get(f"{prefix}{relpath}") or self._members.get(f"{prefix}src/{relpath}")  # src/ layout
         return None if member is None else self._tar.extractfile(member).read()
+
+    def names(self, prefix: str, suffix: str) -> list[str]:
+        root = f"{self._root}/" if self._root else ""
+        found = set()
+        for name in self._members:
+            for base in (root, f"{root}src/"):
+                rel = name[len(base):] if name.startswith(base) else None
+                if rel and rel.startswith(prefix) and rel.endswith(suffix):
+                    found.add(rel)
+        return sorted(found)
 
 
 class TreeSource(_FolderSource):
-    """A source checkout, an unpacked archive or a site-packages folder: ``<root>/<module>/...``."""
+    """A source checkout, an unpacked archive or a site-packages folder: ``<root>/<module>/...``, or the
+    ``src/`` layout of a checkout or unpacked sdist (``<root>/src/<module>/...``; files outside the package, such as
+    ``scripts/``, stay read from ``<root>``)."""
 
     def __init__(self, path: str | Path, dist_name: str | None = None, version: str | None = None,
                  module: str = "vllm"):
@@ -275,6 +288,18 @@ class TreeSource(_FolderSource):
         if version is None:
             dist_name, version, text, unread = tree_metadata(path, module)
         super().__init__("tree", path, dist_name, version, text, unread)
+
+    def read(self, relpath: str) -> str | None:
+        text = super().read(relpath)
+        return text if text is not None else super().read(f"src/{relpath}")
+
+    def read_bytes(self, relpath: str) -> bytes | None:
+        data = super().read_bytes(relpath)
+        return data if data is not None else super().read_bytes(f"src/{relpath}")
+
+    def names(self, prefix: str, suffix: str) -> list[str]:
+        inside = [n[len("src/"):] for n in super().names(f"src/{prefix}", suffix)]
+        return sorted(set(super().names(prefix, suffix)) | set(inside))
 
 
 def _file_bytes(path: Path) -> bytes | None:

@@ -59,6 +59,18 @@ def missing_file(reader: Reader, missing: str, marker: str, what: str, value: st
     return Reading(value, marker, None)
 
 
+def nowhere_in(reader: Reader, prefix: str, name: str):
+    """``absent`` when no module under ``prefix`` names ``name`` (every file listed and read); unknown when one
+    does (it moved there) or the source cannot list its files (an sdist)."""
+    files = reader.source.names(prefix, ".py")
+    if not files:
+        return Unknown(f"the files under {prefix} cannot be listed here: whether {name} moved is not read")
+    holders = [f for f in files if name in (reader.text(f) or "")]
+    if holders:
+        return Unknown(f"{name} is named in {holders[0]}, not where it was read")
+    return Reading("absent", prefix, None)
+
+
 def probe(name: str, package: str = "vllm"):
     """Register ``fn`` as the probe ``name``; its docstring is the report's description."""
 

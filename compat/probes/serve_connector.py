@@ -38,13 +38,16 @@ class _Pristine(Source):
     """A source with the kit's fenced insertions taken out again."""
 
     def __init__(self, inner: Source):
-        super().__init__(*(getattr(inner, a, None) for a in ("kind", "location", "dist_name", "version")))
+        super().__init__(*(getattr(inner, a, None) for a in ("kind", "location", "dist_name", "version", "metadata")))
         self.environ = getattr(inner, "environ", None)
         self._inner = inner
 
     def read(self, relpath: str) -> str | None:
         text = self._inner.read(relpath)
         return text if text is None else strip_fences(text)
+
+    def names(self, prefix: str, suffix: str) -> list[str]:
+        return self._inner.names(prefix, suffix)
 
 
 def strip_fences(text: str) -> str:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import ast
 
 from compat.probes.base import Reading, Unknown, probe
+from compat.probes.serve import CPU_PACKAGE, method_absent
 from compat.probes.serve_connector import KIT_BEGIN, KIT_END, strip_fences
 
 #: the kit's fences around inserted lines: the probe reads the file without them, so an applied K1 reads as the
@@ -24,6 +25,10 @@ FENCE_BEGIN, FENCE_END = KIT_BEGIN, KIT_END
 CONNECTOR = "vllm/distributed/kv_transfer/kv_connector/v1/example_hidden_states_connector.py"
 CPU_SHM = "vllm/v1/worker/cpu/shm.py"
 NAME = "serve.cpu.connector_copy"
+
+
+#: the connector methods that held the pinned copy in a release: save_kv_layer (0.22-0.23), _submit_async_write (0.24+)
+COPY_METHODS = ("save_kv_layer", "_submit_async_write")
 
 
 def _pin_memory_calls(tree: ast.Module) -> list[ast.Call]:
@@ -63,8 +68,8 @@ def _copy_method(tree: ast.Module) -> str | None:
 def cpu_connector(reader) -> Reading | Unknown:
     """ExampleHiddenStatesConnector's host copy: absent / sync-copy / async-copy-in-save / async-copy / cpu-ready ..."""
     text = reader.text(CONNECTOR)
-    if text is None:
-        return Reading("absent")
+    if text is None:  # absent only where the release has no extract_hidden_states at all; else moved: unknown
+        return method_absent(reader, f"{CONNECTOR} not found")
     tree = ast.parse(strip_fences(text))
     connector = next((n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "ExampleHiddenStatesConnector"),
                      None)
@@ -79,9 +84,16 @@ def cpu_connector(reader) -> Reading | Unknown:
         return Unknown(f"{CONNECTOR}: a pinned copy without an event poll (or the reverse), a shape not seen")
     line = pins[0].lineno
     shm = reader.module(CPU_SHM)
+    copy_method = _copy_method(tree)
+    if copy_method not in COPY_METHODS:  # a renamed method is no evidence of either release's shape (issue 29.7)
+        return Unknown(f"{CONNECTOR}: the pinned copy is in {copy_method or 'no method of the connector'}, "
+                       f"neither of {', '.join(COPY_METHODS)}: a shape not seen")
     if shm is None:
-        return Reading("async-copy-no-placeholders", CONNECTOR, line)  # vllm 0.22: real CUDA streams on CPU
-    if _copy_method(tree) != "_submit_async_write":
+        if copy_method == "_submit_async_write" or reader.module(CPU_PACKAGE) is not None:
+            return Unknown(f"{CPU_SHM} not found, though {CPU_PACKAGE} is there or the copy is in "
+                           f"{copy_method} (0.24+): the placeholders moved, not read here")
+        return Reading("async-copy-no-placeholders", CONNECTOR, line)  # vllm 0.22: no v1/worker/cpu/ package yet
+    if copy_method != "_submit_async_write":
         return Reading("async-copy-in-save", CONNECTOR, line)  # vllm 0.23: copied per step in save_kv_layer
     has_query = _placeholder_has_query(shm)
     if has_query is None:

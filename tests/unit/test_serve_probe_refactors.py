@@ -122,6 +122,8 @@ CORPUS = {
         rename(CPU_STAND_INS, "_FuncWrapper", "_Launcher"),
         rename(SAMPLER, "sample_recovered_tokens_kernel", "recovered_tokens_kernel"))],
     "serve.cpu.event_query": [("0.25.0", rename("vllm/v1/worker/cpu/shm.py", "_EventPlaceholder", "_Event"))],
+    "serve.cpu.stream_stand_ins": [("0.28.0", rename("vllm/v1/worker/cpu/shm.py", "_StreamPlaceholder", "_Stream")),
+                                   ("0.25.0", rename("vllm/v1/worker/cpu/shm.py", "wait_stream", "wait_for"))],
     "serve.layer_ids.repeated": LAYER_ID_REFACTORS,
     "serve.speculators.lock_wait": [("speculators==0.6.0.2", rename(CLIENT, "fcntl", "fc")),
                                     ("speculators==0.5.0", rename(CLIENT, "extract_output", "read_output"))],

