@@ -63,8 +63,8 @@ class ServeSpec:
             raise ValueError(f"layer ids {self.layer_ids}{origin} repeat {twice}: vLLM sizes the extract buffer by "
                              f"len(ids) but captures each layer once, so the engine dies on the first request; "
                              f"pass unique ids with --layers, e.g. --layers "
-                             f"{','.join(map(str, prescribed(self.layer_ids)))} (compat confirm; vllm serve: "
-                             f"eagle_aux_hidden_state_layer_ids)")
+                             f"{','.join(map(str, prescribed(self.layer_ids)))} (ids {prescribed(self.layer_ids)}; compat confirm; "
+                             f"vllm serve: eagle_aux_hidden_state_layer_ids)")
 
     @property
     def depth(self) -> int:
