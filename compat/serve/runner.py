@@ -99,7 +99,14 @@ def _run(spec: ServeSpec) -> ServeResult:
         served = twin.serve_alone(server, spec.model, prompts, read_files=spec.twin_check) \
             if spec.logprobs_check or spec.twin_check else {}
         result.timings["twins_s"] = round(time.monotonic() - started, 2)
-    files = _read(runs, spec)
+    return check_files(result, spec, _read(runs, spec), served)
+
+
+def check_files(result: ServeResult, spec: ServeSpec, files, served: dict) -> ServeResult:
+    """Every check ``spec`` asks for on ``files`` (``[(prompt, {"hidden_states", "token_ids"})]``), given what the
+    server returned for each prompt served alone (``{prompt: {"logprobs", "states"}}``, compat.serve.twin); a
+    failed check turns an OK verdict into WRONG.  No server needed: the fault-injection suite calls it on files
+    it wrote wrong on purpose."""
     _check_files(result, spec, files)
     if spec.logprobs_check:
         _check_logprobs(result, spec, files, served)
