@@ -113,6 +113,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="also write the JSON report to PATH (its verdict: OK, WRONG or ERROR; the surface "
                         "fingerprint, versions, devices, TP/PP and timings; written on a dead worker too). "
                         + EXIT_CODES)
+    parser.add_argument("--files", metavar="DIR", help="serve path: start no server; check the hs_<n>.safetensors "
+                        "in DIR (your own generation's) against --model: each file's keys, shape and dtype, and with "
+                        "--reference self the layers recomputed between its ids from the checkpoint's weights (hf: "
+                        "every row vs HF float32); reads DIR's hidden_states_manifest.json, or writes it from "
+                        "--layers and --dtype (the generator path refuses it)")
     parser.add_argument("--check", metavar="REPORT", help="run nothing: exit 0 if REPORT is an OK, full-strength "
                         "report (a real reference, the automatic bound, every layer, the default calls) of the "
                         "surface installed here (fingerprint, every file the kit patches, versions); 1 if anything "
@@ -182,6 +187,8 @@ def spec_from_args(args):
     problem = resolve_common(args, CALLS, GENERATOR_BUDGET)
     if problem:
         return _usage(problem)
+    if args.files:
+        return _usage("--files is the serve path's (--path serve): it checks vllm serve's hidden-states files")
     if args.reference == "self":
         return _usage("--reference self is the serve path's (--path serve): it rebuilds logits from a served file's "
                       "final row and compares it with the same server's prompt_logprobs; the generator path has "

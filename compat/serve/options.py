@@ -15,11 +15,13 @@ dropped.  What each becomes:
 ``--rtol``  replaces the bound of every row check (HF rows, twin, recompute).
 ``--json --json-file --log``  the document on stdout, in a file, the server's log there.
 ``--verbose``  refused: the server's whole log is the file ``--log`` names.
+``--files DIR``  no server: a user's own files checked against the model (compat.serve.files).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import random
 import sys
 import tempfile
@@ -68,8 +70,6 @@ def _refusal(args) -> str:
 
 def spec_from_args(args, work_dir=None, vocab: int = 512):
     """The ``ServeSpec`` of confirm's command line, or the exit code of a usage error (printed; nothing run)."""
-    import os
-
     from compat.confirm.cli import _usage, resolve_common
 
     from .spec import ServeSpec
@@ -131,6 +131,14 @@ def confirm_serve(args, work_dir=None, vocab: int = 512) -> int:
     """Run the serve path's confirm for confirm's parsed options: 0 OK, 1 WRONG or ERROR, 2 refused."""
     from .runner import run
 
+    if getattr(args, "files", None):
+        if not args.model or not os.path.isfile(os.path.join(args.model, "config.json")):
+            from compat.confirm.cli import _usage
+
+            return _usage(f"--files needs --model, a local HF checkpoint (got {args.model!r})")
+        from .files import validate
+
+        return validate(args)
     spec = spec_from_args(args, work_dir, vocab)
     if isinstance(spec, int):
         return spec

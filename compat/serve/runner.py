@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from . import checks, client, recompute, reference, twin
+from . import files as files_module
 from .server import Server, ServerError, tail
 from .spec import ServeSpec
 
@@ -35,6 +36,7 @@ class ServeResult:
     timings: dict = field(default_factory=dict)
     rows: dict = field(default_factory=dict)  # id -> worst relative error against HF
     log: str = ""
+    manifests: list = field(default_factory=list)  # compat.serve_manifest's manifest beside each call's files
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -64,6 +66,7 @@ def run(spec: ServeSpec) -> ServeResult:
 
 
 def _run(spec: ServeSpec) -> ServeResult:
+    began = time.monotonic()
     env = spec.environment()
     result = ServeResult("OK", "")
     prompts = [p for call in spec.calls for p in call]
@@ -90,6 +93,7 @@ def _run(spec: ServeSpec) -> ServeResult:
                 return _error(result, f"speculators generate-offline-data (call {index}, {len(call)} prompts) exit "
                               f"{run.returncode}, {len(run.files)} of {len(call)} files; server log:\n{server_says}\n"
                               f"client log:\n{tail(run.log, 6)}")
+        result.manifests = files_module.write_beside(spec, [run.files[0].parent for run in runs if run.files])
         result.checks["prefix_cache"] = {"hit_tokens": server.metric(PREFIX_HITS) - hits_before}
         result.checks["prefix_cache"]["ok"] = result.checks["prefix_cache"]["hit_tokens"] > 0 \
             if spec.enable_prefix_caching and not forced_off else True
@@ -99,7 +103,11 @@ def _run(spec: ServeSpec) -> ServeResult:
         served = twin.serve_alone(server, spec.model, prompts, read_files=spec.twin_check) \
             if spec.logprobs_check or spec.twin_check else {}
         result.timings["twins_s"] = round(time.monotonic() - started, 2)
-    return check_files(result, spec, _read(runs, spec), served)
+    checking = time.monotonic()
+    check_files(result, spec, _read(runs, spec), served)
+    result.timings["checks_s"] = round(time.monotonic() - checking, 2)
+    result.timings["total_s"] = round(time.monotonic() - began, 2)
+    return result
 
 
 def check_files(result: ServeResult, spec: ServeSpec, files, served: dict) -> ServeResult:

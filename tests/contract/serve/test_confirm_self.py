@@ -10,6 +10,7 @@ subprocess, with the options that matter forwarded:
 * OK, exit 0: the final row's logits equal the server's prompt_logprobs for every file (44), every file equals
   its prompt served alone (the twin), and layers recomputed from the checkpoint's weights between ids 1..4 (and
   the embedding to id 1) equal the captured next id; no ``hf_rows``;
+* compat.serve_manifest's manifest is written beside each client run's files;
 * ``--max-model-len 512`` on that model: ERROR, exit 1, and the first line is vLLM's reason ("User-specified
   max_model_len (512) is greater than the derived max_model_len ..."), not pydantic's header.
 """
@@ -52,6 +53,17 @@ def test_self_is_ok_without_hf(selfrun):
     assert checks["twin"]["ok"] and checks["twin"]["files"] == 44, checks["twin"]
     assert checks["recompute"]["ok"], checks["recompute"]
     assert sorted(checks["recompute"]["worst"]) == sorted(["embedding->1", "1->2", "2->3", "3->4"]), checks
+
+
+def test_the_manifest_is_written_beside_every_calls_files(selfrun):
+    from compat.serve_manifest import Manifest
+
+    _, doc = selfrun
+    assert len(doc["manifests"]) == 2, doc["manifests"]  # one per client run
+    for path in doc["manifests"]:
+        manifest = Manifest.read(Path(path).parent)
+        assert manifest.rows == [1, 2, 3, 4] and manifest.final_id == 4 and manifest.dtype == "float32"
+        assert manifest.vllm != "unknown" and manifest.speculators != "unknown", manifest
 
 
 def test_options_reach_vllms_config(selfrun):

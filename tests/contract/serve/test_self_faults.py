@@ -150,3 +150,29 @@ def test_all_ones_norms_hide_a_post_norm_final_row_and_spread_norms_show_it():
         moved[spread], _ = checks.logprob_error(rebuilt, entries, prompt)
     print("post-norm final row moves logprobs by", moved)
     assert moved[0.0] < LOGPROB_ATOL["float32"] < moved[0.5], moved
+
+
+def test_files_alone_are_checked_and_the_manifest_is_written(truth, tmp_path, capsys):
+    """``compat confirm --path serve --files DIR --reference self``: a user's own files, no server."""
+    from safetensors.torch import save_file
+
+    from compat.confirm.cli import main as confirm_main
+    from compat.serve_manifest import FILENAME, Manifest
+
+    model, _, files, _, normed = truth
+    right, wrong = tmp_path / "right", tmp_path / "wrong"
+    for folder, group in ((right, files), (wrong, inject("middle row scaled x3", files, normed))):
+        folder.mkdir()
+        for index, (_, data) in enumerate(group):
+            save_file({k: v.contiguous() for k, v in data.items()}, str(folder / f"hs_{index}.safetensors"))
+    argv = ["--path", "serve", "--model", model, "--reference", "self"]
+    assert confirm_main([*argv, "--files", str(right)]) == 2  # no manifest and no --layers: which ids is unknown
+    assert "--layers" in capsys.readouterr().err and not (right / FILENAME).exists()
+    assert confirm_main([*argv, "--files", str(right), "--layers", "1,2,3,4"]) == 0, capsys.readouterr()
+    manifest = Manifest.read(right)
+    assert manifest.rows == IDS and manifest.final_id == 4 and manifest.vllm == "unknown"
+    out = capsys.readouterr().out
+    assert "twin             not run" in out and "recompute        ok" in out, out
+    assert confirm_main([*argv, "--files", str(right)]) == 0  # the manifest written is read back
+    assert confirm_main([*argv, "--files", str(wrong), "--layers", "1,2,3,4"]) == 1
+    assert "recompute        FAILED" in capsys.readouterr().out

@@ -1,0 +1,86 @@
+"""What each serve-path reference costs, measured side by side in one run: wall time as a multiple of one engine start.
+
+    flock /tmp/vllm.lock python3 fixtures/lanes.py run serve -- python benchmarks/self_reference_cost.py [--model DIR]
+
+The same ``compat confirm --path serve`` (the same prompts, ids and server flags) runs once per ``--reference``
+(none, hf, self), one after the other, each with its own ``vllm serve``.  Per run it prints: the engine start
+(``server_start_s``: the yardstick, one model load), the client's calls, and what the reference adds on top of
+a run that checks nothing (``none``): ``(total - total[none]) / server_start``, the "extra model loads" of issue
+30's P6; for ``self`` also the weight bytes its recompute read as a share of the checkpoint.  The base serve patches
+this vLLM needs (K1, K11, K12) are applied for the runs and the installed vLLM is left with the patches it had.
+Prints, never asserts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from tests.contract.serve import switch  # noqa: E402
+
+
+def confirm(model: str, reference: str, folder: Path, layers: str) -> dict:
+    report = folder / f"{reference}.json"
+    started = time.monotonic()
+    proc = subprocess.run([sys.executable, "-m", "compat.confirm", "--path", "serve", "--model", model, "--layers",
+                           layers, "--reference", reference, "--gpu-memory-utilization", "0.1",
+                           "--json-file", str(report)], capture_output=True, text=True, cwd=ROOT)
+    doc = json.loads(report.read_text()) if report.is_file() else {"verdict": "ERROR", "reason": proc.stderr[-500:]}
+    doc["wall_s"] = round(time.monotonic() - started, 2)
+    return doc
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", help="a checkpoint (default: the tiny Llama with spread norms)")
+    parser.add_argument("--layers", default="1,2,3,4")
+    args = parser.parse_args()
+    from compat.layout import cache_root
+    from compat.serve.options import served_device
+    from fixtures.tiny_model import build_tiny_llama
+
+    model = args.model or build_tiny_llama(cache_root() / "models" / "serve-tiny-llama-spread-256",
+                                           max_positions=256, norm_spread=0.5)
+    base = switch.base()
+    was = [p for p in switch.BASE if switch.is_applied(p)]
+    folder = Path(tempfile.mkdtemp(prefix="self-cost-"))
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT).stdout
+    from ci.gpu.serve_records import versions
+
+    print(f"# benchmarks/self_reference_cost.py, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
+    print(f"commit: {commit.strip()}; device: {served_device()}; versions: {versions()}")
+    print(f"model: {model}; ids {args.layers}; prompts: confirm's serve default (11, then 33); patches: {base}")
+    runs = {}
+    try:
+        switch.only("vllm", base)
+        for reference in ("none", "hf", "self"):
+            runs[reference] = confirm(model, reference, folder, args.layers)
+    finally:
+        switch.only("vllm", was)
+    none = runs["none"]
+    for reference, doc in runs.items():
+        t = doc.get("timings", {})
+        start = t.get("server_start_s") or float("nan")
+        extra = (t.get("total_s", float("nan")) - none.get("timings", {}).get("total_s", float("nan"))) / start
+        line = (f"{reference:5} {doc['verdict']:6} total {t.get('total_s')} s, engine start {start} s, "
+                f"calls {sum(v['seconds'] for k, v in t.items() if k.startswith('call'))} s, served alone "
+                f"{t.get('twins_s')} s, checks {t.get('checks_s')} s; total / engine start "
+                f"{t.get('total_s', float('nan')) / start:.2f}; extra over none {extra:.3f} engine starts")
+        recompute = doc.get("checks", {}).get("recompute")
+        if recompute and "share_read" in recompute:
+            line += (f"; recompute read {recompute['weight_bytes_read']} of {recompute['checkpoint_bytes']} "
+                     f"weight bytes ({recompute['share_read']:.1%})")
+        print(line)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
