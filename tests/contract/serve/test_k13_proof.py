@@ -19,7 +19,7 @@ import pytest
 
 from compat.serve import run
 
-from . import switch
+from . import records, switch
 from .conftest import tiny_llama_spec
 
 pytestmark = [pytest.mark.serve, pytest.mark.proof]
@@ -44,6 +44,7 @@ def test_without_k13_final_chunks_are_silently_wrong(needed, vllm_patches):
     vllm_patches()
     outcome = run(spec("k13-left-out"))
     print(outcome.as_dict())
+    records.save("k13-left-out", {"suite": "tests/contract/serve/test_k13_proof.py", **outcome.as_dict()})
     assert outcome.checks["files"]["ok"] and outcome.checks["files"]["count"] == 44, outcome.as_dict()  # no error
     assert outcome.checks["chunked_prefill"]["chunked"], outcome.checks["chunked_prefill"]
     assert outcome.verdict == "WRONG" and not outcome.checks["hf_rows"]["ok"], outcome.as_dict()
@@ -55,6 +56,7 @@ def test_with_k13_every_row_equals_hf(needed, vllm_patches):
     vllm_patches(K13)
     outcome = run(spec("k13-applied"))
     print(outcome.as_dict())
+    records.save("k13-applied", {"suite": "tests/contract/serve/test_k13_proof.py", **outcome.as_dict()})
     assert outcome.checks["chunked_prefill"]["chunked"], outcome.checks["chunked_prefill"]
     assert outcome.verdict == "OK", f"{outcome.reason}\n{json.dumps(outcome.checks, default=str)[:3000]}"
     assert sorted(outcome.rows) == IDS and outcome.checks["hf_rows"]["ok"], outcome.checks["hf_rows"]

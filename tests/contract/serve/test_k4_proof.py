@@ -41,7 +41,7 @@ import pytest
 
 from compat.serve import ServeSpec, run
 
-from . import switch
+from . import records, switch
 from .conftest import BOUNDED, prompts, work_dir
 
 pytestmark = [pytest.mark.serve, pytest.mark.proof]
@@ -70,6 +70,7 @@ def test_without_k4_the_final_id_is_missing(needed, vllm_patches):
     vllm_patches()
     outcome = run(spec("k4-left-out"))
     print(outcome.as_dict())
+    records.save("k4-left-out", {"suite": "tests/contract/serve/test_k4_proof.py", **outcome.as_dict()})
     assert outcome.verdict in ("ERROR", "WRONG"), outcome.as_dict()
     log = Path(outcome.log).read_text(errors="replace")
     assert any(s in outcome.reason or s in log for s in needed.patch.symptoms), outcome.reason
@@ -80,6 +81,7 @@ def test_with_k4_every_row_equals_hf(needed, vllm_patches):
     one = spec("k4-applied")
     outcome = run(one)
     print(outcome.as_dict())
+    records.save("k4-applied", {"suite": "tests/contract/serve/test_k4_proof.py", **outcome.as_dict()})
     assert one.rows == [2, 4, 5, 8], one.rows
     assert outcome.verdict == "OK", f"{outcome.reason}\n{json.dumps(outcome.checks, default=str)[:3000]}"
     assert sorted(outcome.rows) == [2, 4, 5, 8] and outcome.checks["hf_rows"]["ok"], outcome.checks["hf_rows"]

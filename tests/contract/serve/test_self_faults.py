@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import pytest
 
+from . import records
 from .conftest import model_dir
 
 pytestmark = [pytest.mark.serve]
@@ -121,6 +122,8 @@ def test_each_fault_is_caught_by_the_parts_that_can_see_it(truth, fault, tmp_pat
     twins = {tuple(p): d["hidden_states"] for p, d in twin_source}
     failed, checks = verdicts(model, prompts, wrong, served, twins, tmp_path)
     print(fault, sorted(failed), {k: v.get("worst", v.get("max_abs_diff")) for k, v in checks.items()})
+    records.save("fault-" + fault.replace(" ", "-"), {"suite": "tests/contract/serve/test_self_faults.py",
+                                                      "fault": fault, "failed": sorted(failed), "checks": checks})
     assert failed == EXPECTED[fault], checks
     self_says = "WRONG" if failed & set(SELF) else "OK"
     hf_says = "WRONG" if failed & {"files", "hf_rows"} else "OK"
@@ -149,6 +152,8 @@ def test_all_ones_norms_hide_a_post_norm_final_row_and_spread_norms_show_it():
         rebuilt = reference.final_logprobs(model, out.hidden_states[-1][0])  # the post-norm row as the final id
         moved[spread], _ = checks.logprob_error(rebuilt, entries, prompt)
     print("post-norm final row moves logprobs by", moved)
+    records.save("post-norm-logprobs-by-norm-spread", {"suite": "tests/contract/serve/test_self_faults.py",
+                                                       "max_abs_logprob_diff": moved})
     assert moved[0.0] < LOGPROB_ATOL["float32"] < moved[0.5], moved
 
 
