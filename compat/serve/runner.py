@@ -17,7 +17,7 @@ from pathlib import Path
 
 from . import checks, client, recompute, reference, twin
 from . import files as files_module
-from .server import Server, ServerError, tail
+from .server import Server, ServerError, root_cause, tail
 from .spec import ServeSpec
 
 #: vLLM's --enable-logging-iteration-details line (v1/metrics/loggers.py LoggingStatLogger._log_iteration_details)
@@ -61,8 +61,9 @@ def run(spec: ServeSpec) -> ServeResult:
     except ServerError as exc:
         return ServeResult("ERROR", f"{exc}\n{_symptom_lines(exc.log_tail)}", log=str(log))
     except (OSError, ValueError, KeyError) as exc:  # an HTTP error, a refused or cut connection, a bad reply
-        return ServeResult("ERROR", f"{type(exc).__name__}: {exc}\nserver log:\n{_symptom_lines(tail(log, 400))}",
-                           log=str(log))
+        cause = root_cause(tail(log, 400))
+        return ServeResult("ERROR", (f"{cause}\n" if cause else "") + f"{type(exc).__name__}: {exc}\nserver log:\n"
+                           f"{_symptom_lines(tail(log, 400))}", log=str(log))
 
 
 def _run(spec: ServeSpec) -> ServeResult:
@@ -90,7 +91,8 @@ def _run(spec: ServeSpec) -> ServeResult:
                                               "tokens_per_s": round(tokens / run.seconds, 1)}
             if run.returncode != 0 or len(run.files) != len(call):
                 server_says = _symptom_lines(server.log_text())
-                return _error(result, f"speculators generate-offline-data (call {index}, {len(call)} prompts) exit "
+                cause = root_cause(server.log_text())  # the server's own reason first, where it died
+                return _error(result, (f"{cause}\n" if cause else "") + f"speculators generate-offline-data (call {index}, {len(call)} prompts) exit "
                               f"{run.returncode}, {len(run.files)} of {len(call)} files; server log:\n{server_says}\n"
                               f"client log:\n{tail(run.log, 6)}")
         result.manifests = files_module.write_beside(spec, [run.files[0].parent for run in runs if run.files])
