@@ -13,17 +13,22 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[3]
 
 
+def _git(*argv) -> str:
+    return subprocess.run(["git", *argv], capture_output=True, text=True, cwd=ROOT).stdout.strip()
+
+
+#: read when the session imports this module, so a commit made while a run goes on is not claimed for it
+COMMIT = _git("rev-parse", "HEAD")
+TREE = "clean" if not _git("status", "--porcelain", "--untracked-files=no") else "modified"
+
+
 def save(name: str, doc: dict) -> Path:
     from ci.gpu.serve_records import versions
     from compat.layout import cache_root
     from compat.serve.options import served_device
 
-    def git(*argv):
-        return subprocess.run(["git", *argv], capture_output=True, text=True, cwd=ROOT).stdout.strip()
-
     lane = os.environ.get("SPECDEC_COMPAT_LANE", "adhoc")
-    record = {"name": name, "commit": git("rev-parse", "HEAD"),
-              "tree": "clean" if not git("status", "--porcelain", "--untracked-files=no") else "modified",
+    record = {"name": name, "commit": COMMIT, "tree": TREE,
               "lane": lane, "device": served_device(), "versions": versions(),
               "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), **doc}
     path = cache_root() / "serve-runs" / "records" / lane / f"{name}.json"
