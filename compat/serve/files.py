@@ -45,10 +45,12 @@ def write_beside(spec, folders) -> list[str]:
 
 def read_folder(folder: Path) -> list[tuple[list[int], dict]]:
     """``[(token_ids, tensors)]`` of every ``hs_<n>.safetensors``, in sample order."""
-    from safetensors.torch import load_file
-
     paths = sorted(folder.glob("hs_*.safetensors"), key=lambda p: int(p.stem.split("_")[1]) if
                    p.stem.split("_")[1].isdigit() else -1)
+    if not paths:
+        return []
+    from safetensors.torch import load_file
+
     out = []
     for path in paths:
         data = load_file(str(path))

@@ -226,3 +226,13 @@ def test_a_dead_server_error_names_the_cause_first(tmp_path):
         module.command = real
     first = str(exc.value).splitlines()[0]
     assert first.startswith("User-specified max_model_len (512) is greater than the derived"), first
+
+
+def test_files_is_the_serve_paths_and_wants_a_folder(tmp_path, ran, capsys):
+    model = _model(tmp_path)
+    assert confirm_main(["--model", model, "--layers", "0,1", "--files", str(tmp_path)]) == 2
+    assert "--files is the serve path's" in capsys.readouterr().err
+    assert _confirm(model, "--files", str(tmp_path / "absent")) == 2
+    assert "not a folder" in capsys.readouterr().err and not ran
+    assert _confirm(model, "--files", str(tmp_path)) == 2  # a folder without hs_<n>.safetensors
+    assert "no hs_<n>.safetensors" in capsys.readouterr().err and not ran
