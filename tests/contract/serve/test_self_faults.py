@@ -22,6 +22,11 @@ from . import records
 from .conftest import model_dir
 
 pytestmark = [pytest.mark.serve]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def newest_serve_lane():
+    records.only_in_newest_serve_lane("the fault-injection suite (no server)")
 IDS = [1, 2, 3, 4]  # L = 4
 LENGTHS = (5, 40, 64, 90, 90, 150)
 SELF = ("files", "logprobs", "twin", "recompute")
