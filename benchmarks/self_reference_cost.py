@@ -60,7 +60,8 @@ def main() -> int:
     from ci.gpu.serve_records import versions
 
     print(f"# benchmarks/self_reference_cost.py, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
-    print(f"commit: {commit.strip()} ({'modified: ' + ' '.join(dirty[1::2]) if dirty else 'clean tree'}); device: {served_device()}; versions: {versions()}")
+    tree = "modified: " + " ".join(dirty[1::2]) if dirty else "clean tree"
+    print(f"commit: {commit.strip()} ({tree}); device: {served_device()}; versions: {versions()}")
     print(f"model: {model}; ids {args.layers}; prompts: confirm's serve default (11, then 33); patches: {base}")
     runs = {}
     try:

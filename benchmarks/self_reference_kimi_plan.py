@@ -1,4 +1,4 @@
-"""What ``--reference self`` reads of Kimi-K2.5, from its published shapes: the ids confirm captures and the steps it runs.
+"""What ``--reference self`` reads of Kimi-K2.5, from its published shapes: the ids captured and the steps run.
 
     python benchmarks/self_reference_kimi_plan.py [--ids 2,30,58,61] [--share 0.1]
 
@@ -75,7 +75,8 @@ def kimi_index(c=KIMI) -> recompute.WeightIndex:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--ids", default="2,30,58,61", help="the ids asked for (default: speculators' [2, L//2, L-3, L])")
+    parser.add_argument("--ids", default="2,30,58,61",
+                        help="the ids asked for (default: speculators' [2, L//2, L-3, L])")
     parser.add_argument("--share", type=float, default=recompute.BUDGET_SHARE)
     args = parser.parse_args()
     index = kimi_index()

@@ -3,8 +3,10 @@
 Order matters: the longest prompt goes alone first, so the engine-step count
 shows chunked prefill happening (a prompt longer than the token budget needs
 ``ceil(T / budget)`` steps); it comes again inside the calls, so the prefix
-cache is hit, and the metric says so.  The HF reference is computed after the
-server stopped (the two would share the cores).
+cache is hit, and the metric says so.  Then every unique prompt is served again
+alone (compat.serve.twin: its prompt_logprobs, and its file for ``--reference
+self``'s twin).  The HF reference and the layer recompute run after the server
+stopped (they would share the cores).
 """
 
 from __future__ import annotations
@@ -92,7 +94,8 @@ def _run(spec: ServeSpec) -> ServeResult:
             if run.returncode != 0 or len(run.files) != len(call):
                 server_says = _symptom_lines(server.log_text())
                 cause = root_cause(server.log_text())  # the server's own reason first, where it died
-                return _error(result, (f"{cause}\n" if cause else "") + f"speculators generate-offline-data (call {index}, {len(call)} prompts) exit "
+                return _error(result, (f"{cause}\n" if cause else "")
+                              + f"speculators generate-offline-data (call {index}, {len(call)} prompts) exit "
                               f"{run.returncode}, {len(run.files)} of {len(call)} files; server log:\n{server_says}\n"
                               f"client log:\n{tail(run.log, 6)}")
         result.manifests = files_module.write_beside(spec, [run.files[0].parent for run in runs if run.files])

@@ -40,7 +40,8 @@ def save(name: str, doc: dict) -> Path:
     from compat.layout import cache_root
     from compat.serve.options import served_device
 
-    record = {"name": name, "commit": COMMIT, "tree": TREE, "lane": lane(), "device": served_device(), "versions": versions(),
+    record = {"name": name, "commit": COMMIT, "tree": TREE, "lane": lane(), "device": served_device(),
+              "versions": versions(),
               "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), **doc}
     path = cache_root() / "serve-runs" / "records" / lane() / f"{name}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
