@@ -115,7 +115,8 @@ def run_confirm(checkpoint, tmp_path, *argv):
     (["--rtol", "0"], "--rtol must be > 0"),
     (["--gpu-memory-utilization", "0"], "--gpu-memory-utilization must lie in (0, 1]"),
     (["--gpu-memory-utilization", "1.5"], "--gpu-memory-utilization must lie in (0, 1]"),
-    (["--max-model-len", "100"], "--max-model-len 100 is shorter"),
+    # a --max-model-len under the generated prompts' 400 tokens now caps them (issue 30: the prompts fit it)
+    (["--max-model-len", "1"], "--max-model-len 1 leaves no room"),
 ])
 def test_bad_values_exit_2_before_anything_runs(checkpoint, tmp_path, argv, needle):
     proc = run_confirm(checkpoint, tmp_path, *argv)
