@@ -29,11 +29,11 @@ sys.path.insert(0, str(ROOT))
 from tests.contract.serve import switch  # noqa: E402
 
 
-def confirm(model: str, reference: str, folder: Path, layers: str) -> dict:
+def confirm(model: str, reference: str, folder: Path, layers: str, dtype: str = "float32") -> dict:
     report = folder / f"{reference}.json"
     started = time.monotonic()
     proc = subprocess.run([sys.executable, "-m", "compat.confirm", "--path", "serve", "--model", model, "--layers",
-                           layers, "--reference", reference, "--gpu-memory-utilization", "0.1",
+                           layers, "--reference", reference, "--dtype", dtype, "--gpu-memory-utilization", "0.1",
                            "--json-file", str(report)], capture_output=True, text=True, cwd=ROOT)
     doc = json.loads(report.read_text()) if report.is_file() else {"verdict": "ERROR", "reason": proc.stderr[-500:]}
     doc["wall_s"] = round(time.monotonic() - started, 2)
@@ -44,6 +44,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", help="a checkpoint (default: the tiny Llama with spread norms)")
     parser.add_argument("--layers", default="1,2,3,4")
+    parser.add_argument("--dtype", default="float32")
+    parser.add_argument("--references", default="none,hf,self", help="which references, in order (none first: the "
+                        "others' extra time is counted against its checks)")
     args = parser.parse_args()
     from compat.layout import cache_root
     from compat.serve.options import served_device
@@ -62,16 +65,16 @@ def main() -> int:
     print(f"# benchmarks/self_reference_cost.py, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
     tree = "modified: " + " ".join(dirty[1::2]) if dirty else "clean tree"
     print(f"commit: {commit.strip()} ({tree}); device: {served_device()}; versions: {versions()}")
-    print(f"model: {model}; ids {args.layers}; prompts: confirm's serve default (11, then 33); patches: {base}")
+    print(f"model: {model}; ids {args.layers}; dtype {args.dtype}; prompts: confirm's serve default (11, then 33); patches: {base}")
     runs = {}
     try:
         switch.only("vllm", base)
-        confirm(model, "none", folder, args.layers)  # warm-up: the first start pays torch.compile's cold cache
-        for reference in ("none", "hf", "self"):
-            runs[reference] = confirm(model, reference, folder, args.layers)
+        confirm(model, "none", folder, args.layers, args.dtype)  # warm-up: the first start pays a cold compile
+        for reference in args.references.split(","):
+            runs[reference] = confirm(model, reference, folder, args.layers, args.dtype)
     finally:
         switch.only("vllm", was)
-    base_checks = runs["none"].get("timings", {}).get("checks_s", float("nan"))
+    base_checks = runs.get("none", {}).get("timings", {}).get("checks_s", float("nan"))
     for reference, doc in runs.items():
         t = doc.get("timings", {})
         start = t.get("server_start_s") or float("nan")
@@ -83,9 +86,14 @@ def main() -> int:
                 f"{t.get('twins_s')} s, checks {t.get('checks_s')} s; total / engine start "
                 f"{t.get('total_s', float('nan')) / start:.2f}; the reference's own time / engine start "
                 f"{extra:.3f}")
+        twin = doc.get("checks", {}).get("twin")
+        if twin:
+            line += (f"; twin worst {max(twin['worst'].values(), default=None)} ({twin['bit_equal_files']} of "
+                     f"{twin['files']} files bit-equal, {twin['rule']})")
         recompute = doc.get("checks", {}).get("recompute")
         if recompute and "share_read" in recompute:
-            line += (f"; recompute read {recompute['weight_bytes_read']} of {recompute['checkpoint_bytes']} "
+            line += (f"; recompute worst {max(recompute['worst'].values(), default=None)}, read "
+                     f"{recompute['weight_bytes_read']} of {recompute['checkpoint_bytes']} "
                      f"weight bytes ({recompute['share_read']:.1%})")
         print(line)
     return 0
