@@ -46,7 +46,6 @@ from .conftest import BOUNDED, prompts, work_dir
 
 pytestmark = [pytest.mark.serve, pytest.mark.proof]
 K4 = "vllm.serve.deepseek_final_layer"
-K13 = "vllm.serve.connector_last_chunk"
 NO_CPU_MLA = {"VLLM_MLA_DISABLE": "1"}
 
 
@@ -96,8 +95,7 @@ def test_with_k4_every_row_equals_hf(needed, vllm_patches):
 def test_tiny_kimi_k25_through_reference_self(needed, vllm_patches):
     """The user's command on the tiny Kimi-K2.5 (MLA + MoE behind the kimi_k25 wrapper, DeepSeek-V3's decoder), no
     HF: ``compat confirm --path serve --reference self``, one step a prompt (--max-batched-tokens 512), vLLM's own
-    VLLM_MLA_DISABLE on this CPU build.  K4 left out: ERROR with K4's symptom (exit 1).  Applied (with K13, as
-    chunked prefill stays on): OK (exit 0)."""
+    VLLM_MLA_DISABLE on this CPU build.  K4 left out: ERROR with K4's symptom (exit 1).  Applied: OK (exit 0)."""
     import os
 
     from fixtures import tiny_mla
@@ -107,9 +105,7 @@ def test_tiny_kimi_k25_through_reference_self(needed, vllm_patches):
     os.environ.update(NO_CPU_MLA)
     try:
         outcomes = {}
-        # the CLI keeps chunked prefill on (a prompt may still be split when 32 share a step's 512 tokens), so
-        # the applied run also takes K13, which every chunked run on vLLM 0.17-0.21 needs
-        for name, ids in (("left-out", ()), ("applied", (K4, K13))):
+        for name, ids in (("left-out", ()), ("applied", (K4,))):
             vllm_patches(*ids)
             proc, doc = confirm(tiny_mla.build("kimi"), f"k4-kimi-self-{name}", "--reference", "self",
                                 "--max-batched-tokens", "512")
