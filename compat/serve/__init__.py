@@ -6,10 +6,14 @@ vLLM's ``ExampleHiddenStatesConnector``, and its client
 (``speculators generate-offline-data``) moves one safetensors per sample.
 :func:`run` starts that server, drives it with that client, and checks every
 file: rows against Hugging Face (id ``k`` = ``hidden_states[k]``, the residual
-entering layer ``k``; id ``L`` = the final pre-norm state) and, with no HF at
-all, the logits rebuilt from the final row against the same server's
-``prompt_logprobs``.  Modules: :mod:`.spec` (what to run), :mod:`.server`,
-:mod:`.client`, :mod:`.reference`, :mod:`.checks`, :mod:`.runner` (``run``).
+entering layer ``k``; id ``L`` = the final pre-norm state) or, with no HF at
+all (``--reference self``, docs/serve-self-reference.md), the logits rebuilt
+from the final row against the same server's ``prompt_logprobs``, each file
+against its prompt served alone, and the layers between ids recomputed from the
+checkpoint's weights.  Modules: :mod:`.spec` (what to run), :mod:`.options`
+(confirm's command line), :mod:`.server`, :mod:`.client`, :mod:`.reference`,
+:mod:`.twin`, :mod:`.recompute`, :mod:`.checks`, :mod:`.files` (manifest,
+``--files``), :mod:`.runner` (``run``).
 """
 
 from .runner import run  # noqa: F401

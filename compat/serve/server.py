@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -51,6 +52,9 @@ def command(spec: ServeSpec, port: int, storage: Path) -> list[str]:
             "--max-model-len", str(spec.max_model_len), "--max-num-batched-tokens", str(spec.max_num_batched_tokens),
             "--max-num-seqs", str(spec.max_num_seqs), chunked, caching,
             "--gpu-memory-utilization", str(spec.gpu_memory_utilization),
+            "--tensor-parallel-size", str(spec.tensor_parallel_size),
+            "--pipeline-parallel-size", str(spec.pipeline_parallel_size),
+            *(["--trust-remote-code"] if spec.trust_remote_code else []),
             "--enable-logging-iteration-details",  # one "Iteration(n): ... context tokens" line per engine step
             *(["--speculative-config", json.dumps(speculative_config(spec.layer_ids)),
                 "--kv-transfer-config", json.dumps(kv_transfer_config(storage))] if spec.extract else []),
@@ -70,6 +74,40 @@ def tail(path: Path, lines: int = 40) -> str:
         return ""
 
 
+#: the process tag vLLM puts before each line: "(APIServer pid=123) ", "(EngineCore_DP0 pid=45) "
+PROCESS_TAG = re.compile(r"^\((?:[\w-]+) pid=\d+\)\s?")
+#: vLLM's logger prefix on a logged traceback: "ERROR 12-02 05:52:38 [multiproc_executor.py:962] "
+LOGGER_PREFIX = re.compile(r"^(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d \[[^\]]*\] ")
+#: the line a traceback ends with: "pkg.mod.SomeError: message" (or "SomeError: message")
+EXCEPTION_LINE = re.compile(r"^(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception|Exit): (.*)$")
+#: exceptions that only point at another one (vLLM's front end after its engine core died)
+WRAPPERS = ("See root cause above", "Engine core initialization failed", "Engine process failed to start",
+            "See stack trace (above) for the root cause", "Worker failed with error")
+#: pydantic's header: the reason is on a following line, "  Value error, <reason> [type=...]"
+PYDANTIC_HEADER = re.compile(r"\d+ validation errors? for \w+")
+
+
+def root_cause(log: str) -> str:
+    """The line that says why the server died, from its log: the last exception's line (one that only points at
+    another, "See root cause above", skipped), and for pydantic's
+    "1 validation error for ModelConfig" the reason on the lines after it (vLLM's own check's message), so an
+    ERROR starts with the cause rather than a header; '' where the log holds no exception."""
+    lines = [LOGGER_PREFIX.sub("", PROCESS_TAG.sub("", line.rstrip())) for line in log.splitlines()]
+    found = ""
+    for index, line in enumerate(lines):
+        match = EXCEPTION_LINE.match(line)
+        if not match or any(w in line for w in WRAPPERS):
+            continue
+        found = line
+        if PYDANTIC_HEADER.search(line):
+            for after in lines[index + 1:index + 6]:
+                reason = after.strip()
+                if reason.startswith("Value error, ") or reason.startswith("Assertion failed, "):
+                    found = reason.split(", ", 1)[1].split(" [type=", 1)[0]
+                    break
+    return found
+
+
 class Server:
     """``with Server(spec) as server:`` -- up and healthy inside, stopped (engine included) after."""
 
@@ -77,7 +115,7 @@ class Server:
         self.spec = spec
         self.port = free_port()
         self.storage = spec.work_dir / "storage"
-        self.log = spec.work_dir / "vllm-serve.log"
+        self.log = Path(spec.log_path) if spec.log_path else spec.work_dir / "vllm-serve.log"
         self.proc: subprocess.Popen | None = None
         self.start_s: float | None = None
 
@@ -91,6 +129,7 @@ class Server:
 
     def __enter__(self) -> "Server":
         self.spec.work_dir.mkdir(parents=True, exist_ok=True)
+        self.log.parent.mkdir(parents=True, exist_ok=True)
         self.storage.mkdir(parents=True, exist_ok=True)
         started = time.monotonic()
         with self.log.open("w") as log:
@@ -114,8 +153,10 @@ class Server:
                 said = time.monotonic()
                 print(f"          vllm serve still starting ({said - started:.0f} s; {self.log})", flush=True)
             if self.proc.poll() is not None:
-                raise ServerError(f"vllm serve exited with {self.proc.returncode} before it was healthy",
-                                  tail(self.log))
+                text = tail(self.log, 400)
+                cause = root_cause(text)
+                raise ServerError((f"{cause}\n" if cause else "")
+                                  + f"(vllm serve exited with {self.proc.returncode} before it was healthy)", text)
             try:
                 with urllib.request.urlopen(f"{self.base}/health", timeout=2) as reply:
                     if reply.status == 200:

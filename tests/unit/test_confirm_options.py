@@ -36,7 +36,10 @@ def test_new_options_parse_with_their_defaults():
     args = parse("--model", "m")
     assert (args.reference, args.dtype, args.tensor_parallel_size, args.pipeline_parallel_size) == ("hf", "float32", 1, 1)
     assert args.trust_remote_code is False and args.prompts is None and args.check is None
-    assert args.layers == "all" and args.calls == "1,11,33,11" and args.max_model_len == 512
+    # resolved per path (compat.confirm.cli.resolve_common): generator 1,11,33,11 and 96, serve 11,33 and 64;
+    # max_model_len min(512, the checkpoint's max_position_embeddings) on both
+    assert args.layers == "all" and args.calls is None and args.max_model_len is None
+    assert args.max_batched_tokens is None
     assert args.rtol is None  # auto: compat.confirm.tolerance picks it from --dtype and the engine's device
 
 
@@ -112,7 +115,8 @@ def run_confirm(checkpoint, tmp_path, *argv):
     (["--rtol", "0"], "--rtol must be > 0"),
     (["--gpu-memory-utilization", "0"], "--gpu-memory-utilization must lie in (0, 1]"),
     (["--gpu-memory-utilization", "1.5"], "--gpu-memory-utilization must lie in (0, 1]"),
-    (["--max-model-len", "100"], "--max-model-len 100 is shorter"),
+    # a --max-model-len under the generated prompts' 400 tokens now caps them (issue 30: the prompts fit it)
+    (["--max-model-len", "1"], "--max-model-len 1 leaves no room"),
 ])
 def test_bad_values_exit_2_before_anything_runs(checkpoint, tmp_path, argv, needle):
     proc = run_confirm(checkpoint, tmp_path, *argv)

