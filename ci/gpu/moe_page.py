@@ -79,7 +79,9 @@ def render() -> str:
         "the HF reference reads each token's routing margin at every router; a row over the bound is excused only "
         "where the token's routing up to that layer was tied (margin <= 2^-8 in bf16), and the report names it "
         "as a routing flip. Any row over the bound where the routing was decisive stays WRONG. Re-judged by that "
-        "rule the natural run is OK (record `h200-set-moe`).",
+        "rule the natural run is OK (record `h200-set-moe`). The serve path's HF rows take the same rule "
+        "(`compat/serve/checks.py` `untied_row_errors`: id k is judged by the routers of layers < k); it has not "
+        "run on a GPU with the natural router yet.",
         "",
         "### Per layer, natural routing (`ds_int4_hf`)",
         "", head, rule, *_layer_rows(natural), "",

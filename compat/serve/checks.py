@@ -37,6 +37,31 @@ def row_errors(states, reference, ids: list[int]) -> dict[int, float]:
     return errors
 
 
+def untied_row_errors(states, reference, ids: list[int], margins: dict | None, tie: float):
+    """``({id: worst max|diff| / mean|ref| over rows no routing tie explains}, {id: rows over ``tie`` excused})``.
+
+    Modern-path id ``k`` is the residual entering decoder layer ``k``: the routers of layers ``< k`` decided it.  A
+    row is excused only where its token's MoE routing margin in HF (compat.confirm.routing) was ``<= tie`` at one
+    of them: bf16 may route that token to another expert than float32 (issue 28, docs/gpu/moe).
+    """
+    from compat.confirm.routing import min_margin_upto
+
+    worst, excused = {}, {}
+    for i, k in enumerate(ids):
+        got, want = states[:, i, :].float(), reference[:, i, :].float()
+        scale = float(want.abs().mean()) or 1.0
+        rows = ((got - want).abs().amax(-1) / scale).tolist()
+        kept = []
+        for token, err in enumerate(rows):
+            margin = min_margin_upto(margins, k - 1, token) if margins else None
+            if margin is not None and margin <= tie:
+                excused[k] = excused.get(k, 0) + 1
+            else:
+                kept.append(err)
+        worst[k] = max(kept, default=0.0)
+    return worst, excused
+
+
 def logprob_error(rebuilt, prompt_logprobs: list, prompt: list[int]) -> tuple[float, int]:
     """Largest |rebuilt - served| over every logprob the server returned for positions 1..T-1; (error, count).
 

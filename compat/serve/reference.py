@@ -32,14 +32,20 @@ def load_hf(model: str):
     return hf, hf.model
 
 
-def hf_rows(model: str, prompts, ids: list[int]) -> dict[tuple, "object"]:
-    """``{prompt: float32 [T, len(ids), H]}`` in ``ids`` order (entering convention; id L pre-norm)."""
+def hf_rows(model: str, prompts, ids: list[int], margins: dict | None = None) -> dict[tuple, "object"]:
+    """``{prompt: float32 [T, len(ids), H]}`` in ``ids`` order (entering convention; id L pre-norm).
+
+    ``margins``: a dict that gets, per prompt, each MoE router's per-token routing margin (compat.confirm.routing).
+    """
     import torch
+
+    from compat.confirm.routing import MarginRecorder
 
     hf, decoder = load_hf(model)
     depth = decoder.config.num_hidden_layers
     seen = {}
     hook = decoder.norm.register_forward_pre_hook(lambda _m, args: seen.__setitem__("final", args[0].detach()))
+    recorder = MarginRecorder(hf) if margins is not None else None
     refs = {}
     try:
         with torch.no_grad():
@@ -47,8 +53,12 @@ def hf_rows(model: str, prompts, ids: list[int]) -> dict[tuple, "object"]:
                 states = hf(input_ids=torch.tensor([prompt]), output_hidden_states=True).hidden_states
                 rows = [seen["final"][0] if k == depth else states[k][0] for k in ids]
                 refs[prompt] = torch.stack(rows, dim=1).float()
+                if recorder is not None and recorder.active:
+                    margins[prompt] = recorder.take()
     finally:
         hook.remove()
+        if recorder is not None:
+            recorder.remove()
     return refs
 
 

@@ -110,3 +110,23 @@ def test_without_routing_margins_the_max_element_rule_stands():
                         cmp.Reference(None, {tuple(prompt): [ref]}, 4), [2], rtol=0.2, hidden_size=8,
                         tie=routing_tie("bfloat16"))
     assert len(found["problems"]) == 1 and found["notes"] == []
+
+
+def test_the_serve_path_leaves_tied_rows_unjudged_and_judges_the_rest():
+    """Modern-path id k enters layer k: only the routers of layers < k can excuse its rows."""
+    from compat.serve.checks import untied_row_errors
+
+    torch.manual_seed(2)
+    ref = torch.randn(5, 2, 8)  # [T, ids, H] for ids [1, 3]
+    got = ref.clone()
+    got[2, 1] += 3.0  # token 2, id 3: off by O(1)
+    margins = {1: torch.tensor([0.5, 0.5, 1e-4, 0.5, 0.5]), 2: torch.full((5,), 0.5)}
+    tie = routing_tie("bfloat16")
+    worst, excused = untied_row_errors(got, ref, [1, 3], margins, tie)
+    assert excused == {3: 1} and worst[3] == 0.0  # the router of layer 1 was tied for token 2: not judged
+    worst, excused = untied_row_errors(got, ref, [1, 3], {2: torch.full((5,), 0.5)}, tie)
+    assert excused == {} and worst[3] > 1.0  # decisive routing: judged, and far over any bound
+    got2 = ref.clone()
+    got2[2, 0] += 3.0  # id 1 enters layer 1: layer 1's own router did not decide it
+    worst, excused = untied_row_errors(got2, ref, [1, 3], margins, tie)
+    assert excused.get(1) is None and worst[1] > 1.0
