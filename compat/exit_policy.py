@@ -29,10 +29,11 @@ import select
 import signal
 import sys
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Iterable, Sequence
+from typing import Callable, Iterable, Sequence
 
-if TYPE_CHECKING:  # the policy sits below every layer: any command may ask it, it imports none of them
-    from .verdicts import Decision
+# the policy sits below every layer: any command may ask it, it imports none of them (a decision is any object with
+# compat.verdicts.Decision's ``verdict``, ``patch`` and ``reason``: read by duck typing, so no import circle)
+Decision = object
 
 OK, PATCH_PROBLEM, ENVIRONMENT, UNSUPPORTED = 0, 1, 2, 3
 BROKEN_PIPE = 128 + int(signal.SIGPIPE)

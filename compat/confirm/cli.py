@@ -13,9 +13,9 @@ import sys
 import time
 
 from compat.confirm.compare import invariant_calls
-from compat.confirm.reference import KINDS, hidden_size_of, model_max_len, num_layers
+from compat.confirm.reference import KINDS, hidden_size_of, num_layers
 from compat.confirm.tolerance import FLOAT32_CUDA, HALF, RTOL, SAME_ENGINE
-from compat.report import ENVIRONMENT
+from compat.confirm.common import MAX_MODEL_LEN, resolve_common, usage as _usage  # noqa: F401 (re-exported)
 
 DESCRIPTION = ("Run the installed generator on real vLLM and compare every captured layer with Hugging Face "
                "float32 or vLLM's own extract_hidden_states, plus invariants that need no reference")
@@ -128,42 +128,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 GENERATOR_BUDGET = 96
-#: the default --max-model-len, unless the checkpoint's own limit is smaller
-MAX_MODEL_LEN = 512
-
-
-def resolve_common(args, calls_default, budget_default) -> str:
-    """Check the options both paths share and fill in their path's defaults on ``args`` (``args.sizes``, the
-    resolved ``max_model_len`` and ``max_batched_tokens``); the usage problem, or ''."""
-    if args.calls is None:
-        args.sizes = list(calls_default)
-    else:
-        try:
-            args.sizes = [int(n) for n in args.calls.split(",")]
-        except ValueError:
-            args.sizes = []
-        if not args.sizes or min(args.sizes) < 1:
-            return f"--calls wants positive sequence counts, e.g. 1,11,33,11; got {args.calls!r}"
-    if args.max_model_len is None:
-        limit = model_max_len(args.model)
-        args.max_model_len = min(MAX_MODEL_LEN, limit) if limit else MAX_MODEL_LEN
-    if args.max_batched_tokens is None:
-        args.max_batched_tokens = budget_default
-    for name in ("tensor_parallel_size", "pipeline_parallel_size", "max_model_len", "max_batched_tokens"):
-        if getattr(args, name) < 1:
-            return f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}"
-    if args.max_model_len < 2:
-        return f"--max-model-len {args.max_model_len} leaves no room for a prompt and its one generated token"
-    if args.rtol is not None and not args.rtol > 0:
-        return f"--rtol must be > 0, got {args.rtol}"
-    if args.gpu_memory_utilization is not None and not 0 < args.gpu_memory_utilization <= 1:
-        return f"--gpu-memory-utilization must lie in (0, 1], got {args.gpu_memory_utilization}"
-    return ""
-
-
-def _usage(message: str) -> int:
-    print(f"confirm: {message}", file=sys.stderr)
-    return ENVIRONMENT
 
 
 def spec_from_args(args):

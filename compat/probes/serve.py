@@ -18,10 +18,10 @@ from .. import astkit
 from ..astkit import Reader
 from .base import Reading, Unknown, nowhere_in
 from .serve_connector import VLLM_CONNECTOR, VLLM_CONNECTOR_CLASS, serve_probe
+from .serve_method import (METHOD, SPECULATIVE, _constants, _method_reading, _speculative_module,  # noqa: F401
+                           method_absent)
 from .vllm import _init_argument
 
-METHOD = "extract_hidden_states"
-SPECULATIVE = ("vllm/config/speculative.py", "vllm/config/__init__.py", "vllm/config.py")
 VLLM_CONFIG = ("vllm/config/vllm.py", "vllm/config/__init__.py", "vllm/config.py")
 KV_MODULES = ("vllm/v1/core/kv_cache_planning.py", "vllm/v1/core/kv_cache_utils.py")
 MODELS = "vllm/model_executor/models"
@@ -43,47 +43,15 @@ def _first_module(reader: Reader, files):
     return None, None
 
 
-def _constants(tree: ast.AST, value: str):
-    return [n for n in ast.walk(tree) if isinstance(n, ast.Constant) and n.value == value]
 
 
 # -- S1: the method ----------------------------------------------------------------------
-
-
-def _speculative_module(reader: Reader):
-    """(relpath, tree) of the first of SPECULATIVE that defines SpeculativeConfig, or (None, Unknown): a module
-    that does not define the class (a fallback read after the class moved) says nothing about the method."""
-    for relpath in SPECULATIVE:
-        tree = reader.module(relpath)
-        if tree is not None and astkit.defines(tree, "SpeculativeConfig") is not None:
-            return relpath, tree
-    return None, Unknown(f"none of {', '.join(SPECULATIVE)} defines SpeculativeConfig (moved or renamed?)")
-
-
-def _method_reading(reader: Reader):
-    relpath, tree = _speculative_module(reader)
-    if relpath is None:
-        return tree
-    hits = _constants(tree, METHOD)
-    if hits:
-        return Reading("present", relpath, hits[0].lineno)
-    if METHOD in (reader.text(relpath) or ""):
-        return Unknown(f"{relpath} names {METHOD} but not as a literal")
-    return Reading("absent", relpath, None)
 
 
 @serve_probe("serve.method")
 def serve_method(reader: Reader):
     """The extract_hidden_states speculative method literal: absent (<= 0.16) / present (0.17+)."""
     return _method_reading(reader)
-
-
-def method_absent(reader: Reader, missing: str):
-    """``absent`` for a missing file when the release has no extract_hidden_states; otherwise unknown."""
-    method = _method_reading(reader)
-    if isinstance(method, Reading) and method.value == "absent":
-        return Reading("absent", method.file, None)
-    return Unknown(f"{missing} although extract_hidden_states is {getattr(method, 'value', 'unknown')}")
 
 
 def _connector(reader: Reader):

@@ -18,6 +18,7 @@ from .. import astkit
 from ..astkit import Reader
 from ..sources import Source
 from .base import Reading, Unknown, missing_file, probe
+from .serve_method import method_absent  # the S1 reading decides whether a missing module is a refactor
 
 #: Lines the kit inserts into a file are fenced by these markers; serve probes read the file without them,
 #: so a probe keeps saying what the release shipped after ``compat apply`` (no apply/remove flip-flop).
@@ -194,7 +195,6 @@ def _or_absent(reader: Reader, read):
     """``read`` on vLLM's connector, or ``absent`` where the release has no extract_hidden_states at all."""
     if reader.module(VLLM_CONNECTOR) is not None:
         return read(reader, VLLM_CONNECTOR)
-    from .serve import method_absent  # the S1 reading decides whether a missing module is a refactor
 
     return method_absent(reader, f"{VLLM_CONNECTOR} not found")
 

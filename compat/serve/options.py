@@ -26,6 +26,8 @@ import random
 import sys
 import tempfile
 
+from compat.confirm.common import resolve_common, usage as _usage
+
 #: serve's defaults where the generator's differ: two client runs (11 prompts, then 33 with a long one and a repeat)
 CALLS = (11, 33)
 BUDGET = 64
@@ -70,7 +72,6 @@ def _refusal(args) -> str:
 
 def spec_from_args(args, work_dir=None, vocab: int = 512):
     """The ``ServeSpec`` of confirm's command line, or the exit code of a usage error (printed; nothing run)."""
-    from compat.confirm.cli import _usage, resolve_common
 
     from .spec import ServeSpec
 
@@ -136,10 +137,8 @@ def confirm_serve(args, work_dir=None, vocab: int = 512) -> int:
 
     if getattr(args, "files", None):
         if not args.model or not os.path.isfile(os.path.join(args.model, "config.json")):
-            from compat.confirm.cli import _usage
-
             return _usage(f"--files needs --model, a local HF checkpoint (got {args.model!r})")
-        from .files import validate
+        from .files_check import validate
 
         return validate(args)
     from compat import install_checks
@@ -158,8 +157,6 @@ def confirm_serve(args, work_dir=None, vocab: int = 512) -> int:
             with open(args.json_file, "a"):
                 pass
         except OSError as exc:
-            from compat.confirm.cli import _usage
-
             return _usage(f"cannot write --json-file {args.json_file}: {exc}")
     result = run(spec)
     doc = {**result.as_dict(), "options": options_of(spec, args)}

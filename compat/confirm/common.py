@@ -1,0 +1,50 @@
+"""What both paths of ``compat confirm`` share: the options they resolve alike and how a usage problem is said.
+
+Its own module so that the serve path (compat/serve/options.py, files_check.py) and the generator path's command
+line (compat/confirm/cli.py) both import it and not each other.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from compat.confirm.reference import model_max_len
+from compat.report import ENVIRONMENT
+
+#: the default --max-model-len, unless the checkpoint's own limit is smaller
+MAX_MODEL_LEN = 512
+
+
+def resolve_common(args, calls_default, budget_default) -> str:
+    """Check the options both paths share and fill in their path's defaults on ``args`` (``args.sizes``, the
+    resolved ``max_model_len`` and ``max_batched_tokens``); the usage problem, or ''."""
+    if args.calls is None:
+        args.sizes = list(calls_default)
+    else:
+        try:
+            args.sizes = [int(n) for n in args.calls.split(",")]
+        except ValueError:
+            args.sizes = []
+        if not args.sizes or min(args.sizes) < 1:
+            return f"--calls wants positive sequence counts, e.g. 1,11,33,11; got {args.calls!r}"
+    if args.max_model_len is None:
+        limit = model_max_len(args.model)
+        args.max_model_len = min(MAX_MODEL_LEN, limit) if limit else MAX_MODEL_LEN
+    if args.max_batched_tokens is None:
+        args.max_batched_tokens = budget_default
+    for name in ("tensor_parallel_size", "pipeline_parallel_size", "max_model_len", "max_batched_tokens"):
+        if getattr(args, name) < 1:
+            return f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}"
+    if args.max_model_len < 2:
+        return f"--max-model-len {args.max_model_len} leaves no room for a prompt and its one generated token"
+    if args.rtol is not None and not args.rtol > 0:
+        return f"--rtol must be > 0, got {args.rtol}"
+    if args.gpu_memory_utilization is not None and not 0 < args.gpu_memory_utilization <= 1:
+        return f"--gpu-memory-utilization must lie in (0, 1], got {args.gpu_memory_utilization}"
+    return ""
+
+
+def usage(message: str) -> int:
+    """A usage problem: printed with confirm's prefix, exit 2 (nothing run)."""
+    print(f"confirm: {message}", file=sys.stderr)
+    return ENVIRONMENT

@@ -1,0 +1,56 @@
+"""``compat confirm --path serve --files DIR``: a user's own files checked against their model, with no server.
+
+Apart from compat/serve/files.py (the manifest and the files, which the runner writes) because it runs the
+runner's checks: the runner imports files.py, this imports both.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from compat.confirm.common import usage as _usage
+
+from .files import manifest_or_usage, read_folder
+from .runner import ServeResult, check_files
+from .spec import ServeSpec, num_layers
+
+
+def validate(args) -> int:
+    """``compat confirm --path serve --files DIR``: 0 OK, 1 WRONG, 2 bad input (nothing written)."""
+    folder = Path(args.files)
+    if not folder.is_dir():
+        return _usage(f"--files {folder}: not a folder")
+    if args.reference not in ("self", "hf", "none"):
+        return _usage(f"--files checks with --reference self, hf or none, not {args.reference}")
+    files = read_folder(folder)
+    if not files:
+        return _usage(f"--files {folder}: no hs_<n>.safetensors there")
+    manifest = manifest_or_usage(folder, args, num_layers(args.model))
+    if isinstance(manifest, str):
+        return _usage(manifest)
+    try:
+        spec = ServeSpec(model=args.model, work_dir=folder, calls=[[p or [0] for p, _ in files]],
+                         layer_ids=manifest.ids, dtype=manifest.dtype, device="cpu", rtol=args.rtol,
+                         logprobs_check=False, twin_check=False, hf_check=args.reference == "hf",
+                         recompute_check=args.reference == "self")
+    except ValueError as exc:
+        return _usage(str(exc))
+    result = check_files(ServeResult("OK", ""), spec, files, {})
+    not_run = {"logprobs": "needs the server's prompt_logprobs (run compat confirm --path serve --reference self)",
+               "twin": "needs the server (each prompt served alone)"} if args.reference == "self" else {}
+    doc = {**result.as_dict(), "not_run": not_run, "manifest": manifest.as_json(), "files": str(folder)}
+    if args.json_file:
+        Path(args.json_file).write_text(json.dumps(doc, indent=1, default=str))
+    if args.json:
+        json.dump(doc, sys.stdout, indent=1, default=str)
+        print()
+    else:
+        print(f"{result.verdict}: {result.reason or 'every file passes the checks that need no server'}")
+        for name, check in result.checks.items():
+            print(f"  {name:16} {'ok' if check.get('ok') else 'FAILED'}  "
+                  f"{json.dumps({k: v for k, v in check.items() if k != 'ok'}, default=str)[:160]}")
+        for name, why in not_run.items():
+            print(f"  {name:16} not run: {why}")
+    return 0 if result.verdict == "OK" else 1
