@@ -30,8 +30,6 @@ BATCH_SIZE, BATCH_POSITION = 33, 16
 class Reference(NamedTuple):
     """What every captured layer is compared with.
 
-    ``routing[tuple(prompt)]``: ``{decoder layer: float32 [tokens]}`` MoE routing margins of the reference pass
-    (compat.confirm.routing), or None (no router, or a reference that does not read them).
 
     ``holder``: a model whose ``.model.norm`` is the final norm (HF: its last ``hidden_states`` entry is normed,
     so the generator's last layer is normed to match), or None (the reference is pre-norm, or absent);
@@ -43,7 +41,21 @@ class Reference(NamedTuple):
     holder: object
     refs: dict | None
     depth: int
-    routing: dict | None = None
+
+
+class RoutedReference(Reference):
+    """A ``Reference`` that also carries the MoE routing margins of its pass (issue 28), still a triple to unpack.
+
+    ``routing[tuple(prompt)]``: ``{decoder layer: float32 [tokens]}`` (compat.confirm.routing), or None.
+    """
+
+    def __new__(cls, holder, refs, depth, routing=None):
+        self = super().__new__(cls, holder, refs, depth)
+        self.routing = routing
+        return self
+
+    def __getnewargs__(self):  # pickled across the harness's processes with its margins
+        return (*self, self.routing)
 
 
 def invariant_calls(first_call: list[list[int]], fillers: list[list[int]]) -> tuple[list[list[int]], list[list[int]]]:

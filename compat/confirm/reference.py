@@ -19,7 +19,7 @@ from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from compat.confirm.compare import Reference
+from compat.confirm.compare import Reference, RoutedReference
 
 
 @dataclass(frozen=True)
@@ -87,7 +87,7 @@ def hf_reference(model_path: str, prompts, layers, dtype: str = "float32",
                         routing[tuple(prompt)] = recorder.take()
     finally:
         recorder.remove()
-    return Reference(model, refs, model.config.num_hidden_layers, routing or None)
+    return RoutedReference(model, refs, model.config.num_hidden_layers, routing or None)
 
 
 def hf(request: ReferenceRequest) -> tuple[Reference, dict]:

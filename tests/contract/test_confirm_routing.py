@@ -85,7 +85,7 @@ def _call(margin: float, off_row: int = 3):
     margins = torch.full((6,), 0.5)
     margins[off_row] = margin
     prompt = [5, 6, 7, 8, 9, 10]
-    reference = cmp.Reference(None, {tuple(prompt): [ref]}, 4, {tuple(prompt): {1: margins}})
+    reference = cmp.RoutedReference(None, {tuple(prompt): [ref]}, 4, {tuple(prompt): {1: margins}})
     results = [{"input_ids": prompt, "hidden_states": [got]}]
     return cmp.compare(results, [prompt], reference, [2], rtol=0.2, hidden_size=8, tie=routing_tie("bfloat16"))
 
