@@ -6,14 +6,12 @@ runner's checks: the runner imports files.py, this imports both.
 
 from __future__ import annotations
 
-import json
-import sys
 from pathlib import Path
 
 from compat.confirm.common import usage as _usage
 
 from .files import manifest_or_usage, read_folder
-from .runner import ServeResult, check_files
+from .runner import ServeResult, check_files, emit
 from .spec import ServeSpec, num_layers
 
 
@@ -41,16 +39,5 @@ def validate(args) -> int:
     not_run = {"logprobs": "needs the server's prompt_logprobs (run compat confirm --path serve --reference self)",
                "twin": "needs the server (each prompt served alone)"} if args.reference == "self" else {}
     doc = {**result.as_dict(), "not_run": not_run, "manifest": manifest.as_json(), "files": str(folder)}
-    if args.json_file:
-        Path(args.json_file).write_text(json.dumps(doc, indent=1, default=str))
-    if args.json:
-        json.dump(doc, sys.stdout, indent=1, default=str)
-        print()
-    else:
-        print(f"{result.verdict}: {result.reason or 'every file passes the checks that need no server'}")
-        for name, check in result.checks.items():
-            print(f"  {name:16} {'ok' if check.get('ok') else 'FAILED'}  "
-                  f"{json.dumps({k: v for k, v in check.items() if k != 'ok'}, default=str)[:160]}")
-        for name, why in not_run.items():
-            print(f"  {name:16} not run: {why}")
-    return 0 if result.verdict == "OK" else 1
+    return emit(result, doc, args, "every file passes the checks that need no server",
+                [f"  {name:16} not run: {why}" for name, why in not_run.items()])

@@ -133,7 +133,7 @@ def options_of(spec, args) -> dict:
 
 def confirm_serve(args, work_dir=None, vocab: int = 512) -> int:
     """Run the serve path's confirm for confirm's parsed options: 0 OK, 1 WRONG or ERROR, 2 refused."""
-    from .runner import run
+    from .runner import emit, run
 
     if getattr(args, "files", None):
         if not args.model or not os.path.isfile(os.path.join(args.model, "config.json")):
@@ -160,19 +160,7 @@ def confirm_serve(args, work_dir=None, vocab: int = 512) -> int:
             return _usage(f"cannot write --json-file {args.json_file}: {exc}")
     result = run(spec)
     doc = {**result.as_dict(), "options": options_of(spec, args)}
-    if args.json_file:
-        with open(args.json_file, "w") as handle:
-            json.dump(doc, handle, indent=1, default=str)
-    if args.json:
-        json.dump(doc, sys.stdout, indent=1, default=str)
-        print()
-    else:
-        print(f"{result.verdict}: {result.reason or 'every file equals the references'}")
-        for name, check in result.checks.items():
-            print(f"  {name:16} {'ok' if check.get('ok') else 'FAILED'}  "
-                  f"{json.dumps({k: v for k, v in check.items() if k != 'ok'}, default=str)[:160]}")
-        print(f"  log: {result.log}")
-    return 0 if result.verdict == "OK" else 1
+    return emit(result, doc, args, "every file equals the references", [f"  log: {result.log}"])
 
 
 def served_device() -> str:

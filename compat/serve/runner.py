@@ -297,3 +297,24 @@ def _check_recompute(result: ServeResult, spec: ServeSpec, files) -> None:
 #: another layer or another request moves logprobs by O(1); a post-norm row only where the norm's weights are not
 #: all ones (fixtures with spread norms); a scaled row never (RMSNorm is scale-invariant: the recompute sees it)
 LOGPROB_ATOL = {"float32": 1e-3, "bfloat16": 0.3, "float16": 0.15}
+
+
+def emit(result: ServeResult, doc: dict, args, clean: str, tail_lines=()) -> int:
+    """Write ``doc`` to --json-file, print it (--json) or the verdict and each check; 0 OK, 1 otherwise."""
+    import json
+    import sys
+
+    if getattr(args, "json_file", None):
+        Path(args.json_file).write_text(json.dumps(doc, indent=1, default=str))
+    if getattr(args, "json", False):
+        json.dump(doc, sys.stdout, indent=1, default=str)
+        print()
+    else:
+        print(f"{result.verdict}: {result.reason or clean}")
+        for name, check in result.checks.items():
+            print(f"  {name:16} {'ok' if check.get('ok') else 'FAILED'}  "
+                  f"{json.dumps({k: v for k, v in check.items() if k != 'ok'}, default=str)[:160]}")
+        for line in tail_lines:
+            print(line)
+    return 0 if result.verdict == "OK" else 1
+
