@@ -72,11 +72,13 @@ def run(spec: ServeSpec) -> ServeResult:
 
 def progress():
     """``say(text)``: one line per stage as it happens, with the seconds since the run began (issue 31.8: a serve
-    confirm sat silent for minutes)."""
+    confirm sat silent for minutes).  On stderr: stdout's first line is the verdict and its root cause (issue 30)."""
+    import sys
+
     began = time.monotonic()
 
     def say(text: str) -> None:
-        print(f"  [{time.monotonic() - began:5.0f} s] {text}", flush=True)
+        print(f"  [{time.monotonic() - began:5.0f} s] {text}", file=sys.stderr, flush=True)
 
     return say
 

@@ -15,6 +15,7 @@ import re
 import signal
 import socket
 import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
@@ -151,7 +152,8 @@ class Server:
         while time.monotonic() - started < self.spec.start_timeout_s:
             if time.monotonic() - said >= HEARTBEAT_S:  # a cold start on 2 busy cores took 133 s (issue 31.8)
                 said = time.monotonic()
-                print(f"          vllm serve still starting ({said - started:.0f} s; {self.log})", flush=True)
+                print(f"          vllm serve still starting ({said - started:.0f} s; {self.log})", file=sys.stderr,
+                      flush=True)
             if self.proc.poll() is not None:
                 text = tail(self.log, 400)
                 cause = root_cause(text)

@@ -198,7 +198,7 @@ def test_a_slow_server_start_is_never_silent(tmp_path, capsys, monkeypatch):
             started._wait_healthy(time.monotonic())
     finally:
         started.proc.kill()
-    said = capsys.readouterr().out
+    said = capsys.readouterr().err
     assert said.count("vllm serve still starting") >= 3 and str(started.log) in said
 
 
