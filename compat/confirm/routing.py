@@ -31,7 +31,8 @@ def routers(model) -> list[tuple[int, object]]:
 
 
 def margins(module, hidden) -> "object":
-    """The per-token routing margin of one router on its input ``hidden`` (``[..., H]``): float32 ``[tokens]``."""
+    """The per-token routing margin of one router on its input ``hidden`` (``[..., H]``): float32 ``[tokens]``, or
+    None where the router's top-k cannot be read."""
     import torch
 
     with torch.no_grad():
@@ -41,9 +42,13 @@ def margins(module, hidden) -> "object":
 def _margins(module, hidden):
     import torch
 
-    top_k = int(getattr(module, "top_k"))
-    groups = int(getattr(module, "num_group", 1) or 1)
-    keep = int(getattr(module, "topk_group", 1) or 1)
+    config = getattr(module, "config", None)  # transformers 5.8: the router keeps only its config; 5.17+: attributes
+    top_k = getattr(module, "top_k", None) or getattr(config, "num_experts_per_tok", None)
+    if not top_k:
+        return None  # the router's k cannot be read: no margin rather than a guessed one
+    groups = int(getattr(module, "num_group", None) or getattr(config, "n_group", None) or 1)
+    keep = int(getattr(module, "topk_group", None) or getattr(config, "topk_group", None) or 1)
+    top_k = int(top_k)
     logits = torch.nn.functional.linear(hidden.reshape(-1, hidden.shape[-1]).float(), module.weight.float())
     scores = logits.sigmoid() + module.e_score_correction_bias.float()
     experts = scores.shape[-1]
@@ -70,7 +75,9 @@ class MarginRecorder:
 
     def _hook(self, layer: int):
         def record(module, args):
-            self._seen[layer] = margins(module, args[0]).detach().cpu()
+            found = margins(module, args[0])
+            if found is not None:
+                self._seen[layer] = found.detach().cpu()
         return record
 
     @property

@@ -130,3 +130,21 @@ def test_the_serve_path_leaves_tied_rows_unjudged_and_judges_the_rest():
     got2[2, 0] += 3.0  # id 1 enters layer 1: layer 1's own router did not decide it
     worst, excused = untied_row_errors(got2, ref, [1, 3], margins, tie)
     assert excused.get(1) is None and worst[1] > 1.0
+
+
+def test_a_router_that_keeps_only_its_config_is_read_from_it():
+    """transformers 5.8's DeepseekV3TopkRouter has no top_k attribute: k, groups and kept groups come from its config
+    (it failed test_k4_proof on lane serve-021 with AttributeError); one whose k cannot be read gives no margin."""
+    router = _router()
+    hidden = torch.randn(16, 32)
+    want = routing.margins(router, hidden)
+    from types import SimpleNamespace
+
+    bare = _router()
+    bare.config = SimpleNamespace(num_experts_per_tok=2, n_group=1, topk_group=1)  # as transformers 5.8 keeps it
+    for name in ("top_k", "num_group", "topk_group"):
+        if hasattr(bare, name):
+            delattr(bare, name)
+    assert torch.equal(routing.margins(bare, hidden), want)
+    bare.config = None
+    assert routing.margins(bare, hidden) is None
