@@ -111,12 +111,8 @@ def run(args: argparse.Namespace) -> int:
     doc = {"schema": 1, "mode": "plan", "surface": surface.as_json(), "paired": sources,
            "patches": [d.as_json() for d in decisions], "answer": str(answer), "exit_code": answer.exit_code,
            "unproven": [d.patch.id for d in proven.unproven(decisions, surface.version("vllm"), proven.device_of(surface))]}
-    if args.json_file:
-        try:
-            Path(args.json_file).write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n")
-        except OSError as exc:
-            print(f"error: cannot write {args.json_file}: {exc}", file=sys.stderr)
-            return report.ENVIRONMENT
+    if not _wrote_json_file(args, doc):
+        return report.ENVIRONMENT
     if args.json:
         print(json.dumps(doc, indent=2))
     else:
@@ -159,12 +155,8 @@ def unread_speculators(args: argparse.Namespace) -> int | None:
                     "(pip wheel --no-deps PATH) and pass the wheel; do not install blind")
     doc = {"schema": 1, "mode": "plan", "paired": {"speculators": f"read from {wanted}"}, "patches": [],
            "answer": str(answer), "exit_code": answer.exit_code}
-    if args.json_file:
-        try:
-            Path(args.json_file).write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n")
-        except OSError as exc:
-            print(f"error: cannot write {args.json_file}: {exc}", file=sys.stderr)
-            return report.ENVIRONMENT
+    if not _wrote_json_file(args, doc):
+        return report.ENVIRONMENT
     print(json.dumps(doc, indent=2) if args.json else str(answer))
     return answer.exit_code
 
@@ -378,6 +370,19 @@ def host_notes(surface, vllm: Source | None = None) -> list[str]:
                      f"({where}); installed as {dist} it fails with 'Failed to infer device type': set "
                      "VLLM_TARGET_DEVICE=cpu (or install a metadata-only dist of that name)")
     return notes
+
+
+
+def _wrote_json_file(args, doc: dict) -> bool:
+    """Write ``doc`` to --json-file when one is given; False (said on stderr) when it cannot be written."""
+    if not args.json_file:
+        return True
+    try:
+        Path(args.json_file).write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n")
+    except OSError as exc:
+        print(f"error: cannot write {args.json_file}: {exc}", file=sys.stderr)
+        return False
+    return True
 
 
 if __name__ == "__main__":
