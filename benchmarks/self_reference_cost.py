@@ -29,11 +29,11 @@ sys.path.insert(0, str(ROOT))
 from tests.contract.serve import switch  # noqa: E402
 
 
-def confirm(model: str, reference: str, folder: Path, layers: str, dtype: str = "float32") -> dict:
+def confirm(model: str, reference: str, folder: Path, layers: str, dtype: str = "float32", memory: str = "0.1") -> dict:
     report = folder / f"{reference}.json"
     started = time.monotonic()
     proc = subprocess.run([sys.executable, "-m", "compat.confirm", "--path", "serve", "--model", model, "--layers",
-                           layers, "--reference", reference, "--dtype", dtype, "--gpu-memory-utilization", "0.1",
+                           layers, "--reference", reference, "--dtype", dtype, "--gpu-memory-utilization", memory,
                            "--json-file", str(report)], capture_output=True, text=True, cwd=ROOT)
     doc = json.loads(report.read_text()) if report.is_file() else {"verdict": "ERROR", "reason": proc.stderr[-500:]}
     doc["wall_s"] = round(time.monotonic() - started, 2)
@@ -45,6 +45,10 @@ def main() -> int:
     parser.add_argument("--model", help="a checkpoint (default: the tiny Llama with spread norms)")
     parser.add_argument("--layers", default="1,2,3,4")
     parser.add_argument("--dtype", default="float32")
+    parser.add_argument("--as-installed", action="store_true", help="leave the installed patches as they are (a "
+                        "device whose vLLM needs no CPU base patch, after `compat apply`); default: the base patches")
+    parser.add_argument("--keep", help="copy each run's confirm report (JSON) into this folder")
+    parser.add_argument("--gpu-memory-utilization", default="0.1")
     parser.add_argument("--references", default="none,hf,self", help="which references, in order (none first: the "
                         "others' extra time is counted against its checks)")
     args = parser.parse_args()
@@ -54,10 +58,13 @@ def main() -> int:
 
     model = args.model or build_tiny_llama(cache_root() / "models" / "serve-tiny-llama-spread-256",
                                            max_positions=256, norm_spread=0.5)
-    base = switch.base()
-    was = [p for p in switch.BASE if switch.is_applied(p)]
+    base = "as installed" if args.as_installed else switch.base()
+    was = None if args.as_installed else [p for p in switch.BASE if switch.is_applied(p)]
     folder = Path(tempfile.mkdtemp(prefix="self-cost-"))
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT).stdout
+    import os
+
+    commit = os.environ.get("GPU_SERVE_COMMIT") or subprocess.run(  # the device's copy has no .git
+        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT).stdout
     dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True,
                            cwd=ROOT).stdout.split()
     from ci.gpu.serve_records import versions
@@ -68,12 +75,18 @@ def main() -> int:
     print(f"model: {model}; ids {args.layers}; dtype {args.dtype}; prompts: confirm's serve default (11, then 33); patches: {base}")
     runs = {}
     try:
-        switch.only("vllm", base)
-        confirm(model, "none", folder, args.layers, args.dtype)  # warm-up: the first start pays a cold compile
+        if was is not None:
+            switch.only("vllm", base)
+        memory = args.gpu_memory_utilization
+        confirm(model, "none", folder, args.layers, args.dtype, memory)  # warm-up: the first start pays a cold compile
         for reference in args.references.split(","):
-            runs[reference] = confirm(model, reference, folder, args.layers, args.dtype)
+            runs[reference] = confirm(model, reference, folder, args.layers, args.dtype, memory)
+            if args.keep:
+                Path(args.keep).mkdir(parents=True, exist_ok=True)
+                (Path(args.keep) / f"{reference}.json").write_text(json.dumps(runs[reference], indent=1))
     finally:
-        switch.only("vllm", was)
+        if was is not None:
+            switch.only("vllm", was)
     base_checks = runs.get("none", {}).get("timings", {}).get("checks_s", float("nan"))
     for reference, doc in runs.items():
         t = doc.get("timings", {})

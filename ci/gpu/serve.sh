@@ -69,14 +69,28 @@ model)  # model NAME MODEL DTYPE LAYERS [EXCLUDE...]: compat apply (excludes), t
   ex=(); for e in "$@"; do ex+=(--exclude "$e"); done
   { python3 -m compat.cli apply --revert --force; python3 -m compat.cli apply "${ex[@]}"; } > "$OUT/apply_$name.txt" 2>&1
   echo "compat apply ${ex[*]}: rc=$?"; tail -15 "$OUT/apply_$name.txt"
+  # GPU_SERVE_REFERENCE: confirm's --reference (hf by default; self: no HF model, issue 30)
   timeout "${GPU_LANE_BUDGET_S:-300}" python3 -m compat.cli confirm --path serve --model "$model" --dtype "$dtype" \
-      --layers "$layers" --json-file "$OUT/confirm_$name.json" > "$OUT/confirm_$name.txt" 2>&1
+      --layers "$layers" --reference "${GPU_SERVE_REFERENCE:-hf}" --json-file "$OUT/confirm_$name.json" > "$OUT/confirm_$name.txt" 2>&1
   echo "compat confirm --path serve ($name): rc=$?" | tee -a "$OUT/confirm_$name.txt"
   for log in "${TMPDIR:-/tmp}"/compat-serve-*/vllm-serve.log; do  # its server log (a temp work dir)
     [ -f "$log" ] && { echo "== $log"; grep -E "Error|Traceback|backend|Model Runner|model runner|MoE|Marlin|WNA16" "$log" | sort | uniq -c | sort -rn | head -25; } >> "$OUT/confirm_$name.txt"
     mv "$log" "$log.seen"
   done
   tail -40 "$OUT/confirm_$name.txt"
+  ;;
+llama-spread)  # llama-spread DIR: the tiny Llama with spread norms and an untied head (issue 30's self fixture)
+  serve_env build
+  [ -f "${2:?DIR}/config.json" ] || python3 -c "import sys; from fixtures.tiny_model import build_tiny_llama
+build_tiny_llama(sys.argv[1], max_positions=256, norm_spread=0.5)" "$2"
+  ;;
+selfcost)  # selfcost ARGS...: benchmarks/self_reference_cost.py --as-installed ARGS (P6 on this device)
+  shift
+  serve_env selfcost
+  set -o pipefail
+  timeout "${GPU_LANE_BUDGET_S:-540}" python3 benchmarks/self_reference_cost.py --as-installed --keep "$OUT/selfcost" "$@" \
+      2>&1 | tee "$OUT/self_reference_cost_h200.txt"
+  echo "selfcost rc=$?" | tee -a "$OUT/self_reference_cost_h200.txt"
   ;;
 bench)
   shift
