@@ -1,6 +1,7 @@
 """A run's outcome kept as data: ``save(name, doc)`` writes ``<cache>/serve-runs/records/<lane>/<name>.json`` with the
 commit (and whether the tree was clean), the lane, the versions and the device, so a figure on a docs page can
-name the record it came from (docs/records/self-reference/ holds the copies the pages cite)."""
+name the record it came from (docs/records/self-reference/ holds the copies the pages cite; `python -m ci readme
+--take LANE` copies a lane's leave-one-out halves, ``kN-left-out`` and ``kN-applied``, for the README's serve table)."""
 
 from __future__ import annotations
 

@@ -17,6 +17,9 @@ client cannot read Mooncake: ``MooncakeTransfer.get_cached`` returns None).
   the final pre-norm state).
 K14 (the CPU host copy this connector needs) is on in both: its own proof is
 test_k14_proof.py, on the same fixtures.
+
+Each test saves what it saw before it asserts (``records.save``: ``k2-left-out``,
+``k2-applied``), so the README's serve table quotes a record, never a hand-written figure.
 """
 
 from __future__ import annotations
@@ -28,11 +31,12 @@ import pytest
 from compat.serve import ServeSpec, checks, reference
 from compat.serve.server import Server, speculative_config
 
-from . import mooncake, switch
+from . import mooncake, records, switch
 from .conftest import BOUNDED, model_dir, prompts, work_dir
 
 pytestmark = [pytest.mark.serve, pytest.mark.proof]
 K2, K14 = "hs_connectors.serve.kv_layout", "hs_connectors.serve.mooncake_cpu_copy"
+SUITE = "tests/contract/serve/test_k2_proof.py"
 IDS = [1, 2, 4]  # L = 4 for the tiny Llama: 3 rows, none of the block sizes vLLM 0.29 picks for it
 
 
@@ -117,19 +121,27 @@ def test_without_k2_no_sample_equals_hf(needed, vllm_base, master, hf):
     with server as running:
         samples = read_all(running, spec, master, batch)
     rtol = choose(spec.dtype, spec.device).rtol
-    seen = []
+    seen, unexpected = [], []
     for prompt, got in zip(batch, samples):
         if isinstance(got, Exception):
             seen.append(f"error: {got}")
-            assert "index" in str(got) and "out of bounds" in str(got), got  # the slot ran past the cache
+            if not ("index" in str(got) and "out of bounds" in str(got)):  # the slot ran past the cache
+                unexpected.append(seen[-1])
             continue
         shape = tuple(got["hidden_states"].shape)
         if shape != (len(prompt), len(IDS), 128):
-            seen.append(f"shape {shape}")
+            seen.append(f"shape {shape} where HF's is {(len(prompt), len(IDS), 128)}")
             continue
         errors = checks.row_errors(got["hidden_states"], refs[tuple(prompt)], IDS)
         seen.append(f"rows {errors}")
-        assert max(errors.values()) > rtol, (prompt, errors)
+        if max(errors.values()) <= rtol:
+            unexpected.append(f"equals HF: {errors}")
+    equal = sum(u.startswith("equals HF") for u in unexpected)
+    errors_only = all(s.startswith("error") for s in seen)
+    verdict = "OK" if seen and equal == len(seen) else ("ERROR" if errors_only else "WRONG")
+    records.save("k2-left-out", {"suite": SUITE, "patches": [K14], "ids": IDS, "bound": rtol, "verdict": verdict,
+                                 "reason": seen[0] if seen else "no sample", "samples": seen, "unexpected": unexpected})
+    assert not unexpected, unexpected
     assert len(seen) == len(batch), seen
     print("K2 left out:", seen)
 
@@ -144,11 +156,23 @@ def test_with_k2_every_sample_equals_hf(needed, vllm_base, master, hf):
     with server as running:
         samples = read_all(running, spec, master, batch)
     rtol = choose(spec.dtype, spec.device).rtol
-    worst = 0.0
+    rows: dict[int, float] = {}
+    problems = []
     for prompt, got in zip(batch, samples):
-        assert not isinstance(got, Exception), got
-        assert not checks.file_problems(got, prompt, len(IDS), 128, torch.float32), \
-            checks.file_problems(got, prompt, len(IDS), 128, torch.float32)
-        worst = max(worst, *checks.row_errors(got["hidden_states"], refs[tuple(prompt)], IDS).values())
-    assert len(samples) == len(batch) and worst <= rtol, (worst, rtol)
+        if isinstance(got, Exception):
+            problems.append(f"error: {got}")
+            continue
+        found = checks.file_problems(got, prompt, len(IDS), 128, torch.float32)
+        if found:
+            problems.append(f"file: {found}")
+            continue
+        for layer, error in checks.row_errors(got["hidden_states"], refs[tuple(prompt)], IDS).items():
+            rows[layer] = max(rows.get(layer, 0.0), error)
+    worst = max(rows.values(), default=0.0)
+    verdict = "ERROR" if problems else ("OK" if rows and worst <= rtol else "WRONG")
+    records.save("k2-applied", {"suite": SUITE, "patches": [K14, K2], "ids": IDS, "bound": rtol, "verdict": verdict,
+                                "reason": problems[0] if problems else "", "samples": len(samples), "rows": rows,
+                                "problems": problems})
+    assert not problems, problems
+    assert len(samples) == len(batch) and rows and worst <= rtol, (worst, rtol)
     print(f"K2 applied: {len(samples)} samples, worst row error {worst:.2e} (bound {rtol:.0e})")
