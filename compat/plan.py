@@ -5,8 +5,10 @@ Reads the wheel (or sdist / source tree) statically, pairs it with a
 speculators generator and a transformers release, and prints each patch's
 verdict plus a one-line answer to "can I install this?".  Each pairing says
 where it came from: named on the command line, installed here, or (for
-transformers) the range vLLM's own metadata pins.  An unknown release is never
-a YES; a speculators without the generator is UNSUPPORTED (exit 3).
+transformers) the range vLLM's own metadata pins, answered per range where the
+pin spans a change a patch depends on (:mod:`compat.transformers_ranges`).  An
+unknown release is never a YES; a speculators without the generator is
+UNSUPPORTED (exit 3).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from pathlib import Path
 
 from packaging.requirements import InvalidRequirement, Requirement
 
-from . import exit_policy, host, plan_serve, proven, registry, report, upstream_facts
+from . import exit_policy, host, plan_serve, proven, registry, report, transformers_ranges, upstream_facts, verdicts
 from .probes import PROBES, Unknown
 from .sources import Source, SourceError, open_source
 from .surface import evaluate, installed_sources
@@ -106,9 +108,15 @@ def run(args: argparse.Namespace) -> int:
         return report.ENVIRONMENT
     decisions = registry.select(surface)
     answer = judge(decisions, surface, require_proven=args.require_proven)
+    by_range = transformers_ranges.answer(surface, judge, Answer, require_proven=args.require_proven)
+    if by_range is not None:
+        decisions, answer, rows = by_range
+        sources["transformers"] += "; answered per range: " + "; ".join(f"{r.label} ({r.releases()})" for r, _a in rows)
     if answer.word == "UNSUPPORTED":
         decisions = []  # no generator: no patch verdict means anything
     doc = {"schema": 1, "mode": "plan", "surface": surface.as_json(), "paired": sources,
+           "transformers_ranges": [{"transformers": r.label, "releases": r.releases(), "answer": str(a)}
+                                   for r, a in (by_range[2] if by_range else [])],
            "patches": [d.as_json() for d in decisions], "answer": str(answer), "exit_code": answer.exit_code,
            "unproven": [d.patch.id for d in proven.unproven(decisions, surface.version("vllm"), proven.device_of(surface))]}
     if not _wrote_json_file(args, doc):
@@ -304,8 +312,7 @@ def judge(decisions, surface, require_proven: bool = False) -> Answer:
     unproven = proven.summary(needed, surface.version("vllm"), device)
     if unproven and require_proven:
         return Answer("NO", f"--require-proven: {unproven}", report.PATCH_PROBLEM)
-    losses = "".join(f"; but it fails at {d.patch.known_loss[d.variant]} ({d.patch.id}: no patch for "
-                     f"{d.patch.variant_probe}={d.variant})" for d in decisions if d.verdict == "known-loss")
+    losses = verdicts.known_losses(decisions)
     if needed:
         caveat = f"; {len(proven.unproven(needed, surface.version('vllm'), device))} of them unproven here" if unproven else ""
         return Answer("YES", f"with {len(needed)} patch(es){caveat}: install it, then run compat apply{losses}",

@@ -133,3 +133,9 @@ def on_files(decision: Decision, views: Sequence[FileView], failure: str | None,
 
 def blocking(decisions: Iterable[Decision]) -> list[Decision]:
     return [d for d in decisions if d.verdict in BLOCKING]
+
+
+def known_losses(decisions: Iterable[Decision]) -> str:
+    """The plan answer's tail for each known-loss: where this install still fails (``; but it fails at ...``)."""
+    return "".join(f"; but it fails at {d.patch.known_loss[d.variant]} ({d.patch.id}: no patch for "
+                   f"{d.patch.variant_probe}={d.variant})" for d in decisions if d.verdict == "known-loss")
