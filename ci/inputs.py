@@ -36,10 +36,10 @@ HARNESS_TREES = ("compat", "fixtures")
 #: generated from the records (see the module docstring)
 GENERATED = ("compat/proof_evidence.py",)
 #: the modern path's own code: it decides no old-path cell
-SERVE_ONLY = ("compat/serve/", "compat/plan_serve.py", "compat/serve_manifest.py", "compat/serve_proofs.py",
-              "compat/probes/serve", "tests/contract/serve/")
-PROBES = "compat/probes/"
-PROBE_HARNESS = ("compat/probes/__init__.py", "compat/probes/base.py")
+SERVE_ONLY = ("compat/serve/", "tests/contract/serve/")
+SERVE_PROBES = "compat/serve/probes/"
+PROBES = ("compat/probes/", SERVE_PROBES)
+PROBE_HARNESS = ("compat/probes/__init__.py", "compat/probes/base.py", "compat/serve/probes/__init__.py")
 SURFACES = "compat/surfaces/"
 
 
@@ -124,7 +124,7 @@ class Inputs:
         return found
 
     def _probe_modules(self, fn) -> list[str]:
-        """The module that defines the probe ``fn`` and every compat.probes module it uses by name."""
+        """The module that defines the probe ``fn`` and every probe module (either path's) it uses by name."""
         import inspect
         import sys
 
@@ -132,7 +132,8 @@ class Inputs:
         used = {home, *(v if inspect.ismodule(v) else sys.modules.get(getattr(v, "__module__", "") or "")
                         for v in vars(home).values())}
         return sorted(Path(m.__file__).resolve().relative_to(ROOT).as_posix() for m in used
-                      if m is not None and m.__name__.startswith("compat.probes.") and getattr(m, "__file__", None))
+                      if m is not None and m.__name__.startswith(("compat.probes.", "compat.serve.probes."))
+                      and getattr(m, "__file__", None))
 
     @cached_property
     def _declarations(self) -> dict[str, str]:
@@ -171,7 +172,7 @@ class Inputs:
                 if path in GENERATED or (cell.path == table.OLD and _serve_only(path)):
                     continue
                 if path.startswith(PROBES) and path not in PROBE_HARNESS:
-                    if (cell.path == table.SERVE) == path.startswith("compat/probes/serve"):
+                    if (cell.path == table.SERVE) == path.startswith(SERVE_PROBES):
                         found[path] = "probe"  # its pipeline's probes: the contract suite checks each one's claim
                     continue
                 if path.startswith(SURFACES) and vllm and Path(path).name != f"vllm-{vllm}.json":

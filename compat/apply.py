@@ -16,11 +16,12 @@ import argparse
 import sys
 from dataclasses import dataclass, field, replace
 
-from . import exit_policy, install_checks, plan_serve, proven, registry, report, verdicts
+from . import exit_policy, install_checks, proven, registry, report, verdicts
 from .errors import EnvironmentProblem, PatchError
 from .exit_policy import Finding
 from .layout import GENERATOR, WORKER
 from .patcher import Patcher, Plan, open_target
+from .serve import plan as serve_plan
 from .sources import SourceError
 from .surface import evaluate, installed_sources
 from .verdicts import Decision
@@ -133,7 +134,7 @@ def _decide(args) -> int:
         message = f"{module} is not installed (no distribution provides the `{module}` module)"
         return _refuse(args, _environment(message), missing=missing)
     surface = evaluate(found["vllm"][1], found["speculators"][1], found["transformers"][1])
-    judged = plan_serve.judge_installed(surface)  # speculators >= 0.5: the vllm serve path's plan
+    judged = serve_plan.judge_installed(surface)  # speculators >= 0.5: the vllm serve path's plan
     serve = judged[0] if judged else None
     if serve is None and surface.values.get("speculators.generator") == "absent":
         message = (f"nothing to patch: speculators {surface.version('speculators')} has no hidden-states generator "
@@ -197,12 +198,12 @@ def install_level(mode: str, result: Result, serve: bool) -> dict:
 def plan_said(surface, judged) -> tuple[dict, Finding | None]:
     """What ``compat plan`` says of this install that no patch changes: its rules (FLAGS, NOTEs, a NO for some
     models) as lines and JSON, and its NO for every model as an ``incompatible`` finding (exit 1, as plan's NO:
-    :mod:`compat.exit_policy`), or None.  The serve path's rules come from :func:`compat.plan_serve.rules`; the
+    :mod:`compat.exit_policy`), or None.  The serve path's rules come from :func:`compat.serve.plan.rules`; the
     old path's NO from :func:`compat.plan.incompatible`."""
     if judged is not None:
         _decisions, rules, (answer, _code) = judged
         no = answer if answer.startswith("NO:") else None
-        said = {"lines": [plan_serve.rule_line(r) for r in rules],
+        said = {"lines": [serve_plan.rule_line(r) for r in rules],
                 "doc": {"rules": [r.__dict__ for r in rules], "plan_answer": answer}}
     else:
         from .plan import incompatible  # the old path's combinations no patch rescues

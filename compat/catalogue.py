@@ -10,8 +10,8 @@ import json
 import sys
 from pathlib import Path
 
-from . import serve_proofs
 from .registry import load_patches
+from .serve import proofs as serve_proofs
 
 #: the modern path's declarations (``patches/serve/``)
 SERVE = "serve"

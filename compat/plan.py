@@ -22,8 +22,9 @@ from pathlib import Path
 
 from packaging.requirements import InvalidRequirement, Requirement
 
-from . import exit_policy, host, plan_serve, proven, registry, report, transformers_ranges, upstream_facts, verdicts
+from . import exit_policy, host, proven, registry, report, transformers_ranges, upstream_facts, verdicts
 from .probes import PROBES, Unknown
+from .serve import plan as serve_plan
 from .sources import Source, SourceError, open_source
 from .surface import evaluate, installed_sources
 from .versions import in_range
@@ -92,8 +93,8 @@ def run(args: argparse.Namespace) -> int:
     unread = unread_speculators(args)  # a path whose package or version cannot be read decides nothing below
     if unread is not None:
         return unread
-    if plan_serve.wants(args.speculators):  # speculators >= 0.5: the vllm serve path
-        return plan_serve.run(args)
+    if serve_plan.wants(args.speculators):  # speculators >= 0.5: the vllm serve path
+        return serve_plan.run(args)
     if getattr(args, "layer_ids", None):
         print("error: --layer-ids is for the serve path (speculators >= 0.5); the generator takes its ids per call",
               file=sys.stderr)

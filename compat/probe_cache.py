@@ -26,7 +26,7 @@ def _cache_dir() -> Path:
 
 def _code_hash() -> str:
     digest = hashlib.sha256()
-    for path in sorted([*_CODE.glob("probes/*.py"), _CODE / "astkit.py"]):
+    for path in sorted([*_CODE.glob("probes/*.py"), *_CODE.glob("serve/probes/*.py"), _CODE / "astkit.py"]):
         digest.update(path.read_bytes())
     return digest.hexdigest()[:16]
 

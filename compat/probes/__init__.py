@@ -6,15 +6,14 @@ where it read it apart from the value.  ``PROBES`` maps probe name to function;
 :mod:`compat.probes.vllm`, :mod:`compat.probes.runner_v2` (which also reads
 ``VLLM_USE_V2_MODEL_RUNNER`` from the reader's environment, when known),
 :mod:`compat.probes.speculators` and :mod:`compat.probes.transformers` define them; the
-``serve.*`` probes of the modern path (``vllm serve`` + a KV connector) live in :mod:`compat.probes.serve`,
-:mod:`compat.probes.serve_connector` and :mod:`compat.probes.serve_speculators`.
+probes of the modern path (``vllm serve`` + a KV connector) live with the rest of that path, in
+:mod:`compat.serve.probes`, and are registered here too.
 """
 
 from __future__ import annotations
 
 from .base import PROBES, Reading, Unknown, probe  # noqa: F401
 from . import cpu_platform, runner_v2, speculators, transformers, vllm  # noqa: F401,E402  (define the probes)
-from . import serve, serve_connector, serve_cpu_copy, serve_cpu_sampler, serve_speculators  # noqa: F401,E402  (the serve path's probes)
-from . import serve_layer_ids  # noqa: F401,E402
+from ..serve import probes as _serve_probes  # noqa: F401,E402  (the serve path's probes)
 
 __all__ = ["PROBES", "Reading", "Unknown", "probe"]

@@ -1,6 +1,6 @@
 """The manifest beside every serve-path run's files, and ``--files DIR``: a user's own files checked without a server.
 
-Every confirm run writes ``compat.serve_manifest``'s manifest (versions, connector, ids as configured, rows in
+Every confirm run writes ``compat.serve.manifest``'s manifest (versions, connector, ids as configured, rows in
 file order, the tensor each row holds, dtype, TP) into each client run's output folder.  After their own
 generation, users run ``compat confirm --path serve --files DIR --model M --reference self``: the manifest is read
 from DIR (or written there from ``--layers``/``--dtype`` when absent: the versions then say ``unknown``), each
@@ -14,7 +14,7 @@ from __future__ import annotations
 import importlib.metadata as md
 from pathlib import Path
 
-from compat.serve_manifest import FILENAME, Manifest, ManifestError
+from .manifest import FILENAME, Manifest, ManifestError
 
 CONNECTOR = "ExampleHiddenStatesConnector"
 

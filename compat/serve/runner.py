@@ -40,7 +40,7 @@ class ServeResult:
     timings: dict = field(default_factory=dict)
     rows: dict = field(default_factory=dict)  # id -> worst relative error against HF
     log: str = ""
-    manifests: list = field(default_factory=list)  # compat.serve_manifest's manifest beside each call's files
+    manifests: list = field(default_factory=list)  # compat.serve.manifest's manifest beside each call's files
 
     def as_dict(self) -> dict:
         return asdict(self)

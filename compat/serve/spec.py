@@ -8,7 +8,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from compat.probes.serve_layer_ids import default_layer_ids, prescribed, repeated  # noqa: F401 (re-exported)
+from .probes.layer_ids import default_layer_ids, prescribed, repeated  # noqa: F401 (re-exported)
 
 
 def num_layers(model: str) -> int:

@@ -1,6 +1,6 @@
 """The fence every modern-path edit wraps its inserted lines in (the serve probes read around it)."""
 
-from compat.probes.serve_connector import KIT_BEGIN, KIT_END
+from compat.serve.probes.connector import KIT_BEGIN, KIT_END
 
 MODERN = ">=0.5"  # speculators releases that generate through vllm serve
 

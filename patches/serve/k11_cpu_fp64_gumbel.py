@@ -2,7 +2,7 @@
 
 from compat.declaration import Patch, insert_before
 
-from compat.probes.serve_cpu_sampler import CPU_STAND_INS, NAME
+from compat.serve.probes.cpu_sampler import CPU_STAND_INS, NAME
 
 from ._fence import fenced
 

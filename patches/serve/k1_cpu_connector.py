@@ -2,7 +2,7 @@
 
 from compat.declaration import Patch, insert_before
 
-from compat.probes.serve_cpu_copy import FENCE_BEGIN, FENCE_END, NAME
+from compat.serve.probes.cpu_copy import FENCE_BEGIN, FENCE_END, NAME
 
 ID = "vllm.serve.cpu_connector"
 FILE = "vllm/distributed/kv_transfer/kv_connector/v1/example_hidden_states_connector.py"

@@ -6,8 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from compat import catalogue, serve_proofs
+from compat import catalogue
 from compat.registry import load_patches, validate
+from compat.serve import proofs as serve_proofs
 from fixtures.synthetic import wheel_files
 from fixtures.wheels import wheel
 

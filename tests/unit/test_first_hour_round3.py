@@ -134,7 +134,8 @@ def test_a_refused_serve_confirm_leaves_no_temp_folder(tmp_path):
 def test_an_installed_catalogue_says_what_compat_apply_says(tmp_path, monkeypatch):
     """Without the repository (tests/, records) the catalogue's serve proof is the shipped compat/proof_evidence.py,
     the table compat apply's "unproven" line reads: proven there, proven here; absent there, unproven here."""
-    from compat import proof_evidence, proven, serve_proofs
+    from compat import proof_evidence, proven
+    from compat.serve import proofs as serve_proofs
     from compat.verdicts import Decision
 
     k1 = next(p for p in registry.load_patches("serve") if p.id == "vllm.serve.cpu_connector")

@@ -1,5 +1,6 @@
 """No two modules of the kit import each other, directly or around a loop (issue 30.8: exit_policy <-> verdicts,
-probes/serve <-> probes/serve_connector and confirm/cli <-> serve/options were such loops).
+probes/serve <-> probes/serve_connector, now serve/probes/vllm and serve/probes/connector, and confirm/cli <->
+serve/options were such loops).
 
 Every import counts, also one inside a function or under TYPE_CHECKING: a loop there still ties two rooms together.
 """
@@ -79,7 +80,7 @@ def _circles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 def test_the_graph_sees_imports_of_every_kind():
     graph = _graph()
-    assert "compat.probes.serve_method" in graph["compat.probes.serve_connector"]  # from .serve_method import ...
+    assert "compat.serve.probes.method" in graph["compat.serve.probes.connector"]  # from .method import ...
     assert "compat.confirm.common" in graph["compat.serve.options"]  # from compat.confirm.common import ...
     assert "compat.serve.files_check" in graph["compat.serve.options"]  # an import inside a function
 

@@ -86,9 +86,9 @@ def test_the_harness_stales_every_cell_and_a_probe_only_its_pipelines_cells(tree
     _touch(tree / "compat" / "apply.py")
     assert all(c == ["compat/apply.py (harness) changed"] for c in _changes(tree, records).values())
     records = _records(tree)
-    _touch(tree / "compat" / "probes" / "serve_cpu_copy.py")  # K1's probe: the serve path's only
+    _touch(tree / "compat" / "serve" / "probes" / "cpu_copy.py")  # K1's probe: the serve path's only
     changes = _changes(tree, records)
-    assert changes[OLD_020] == [] and changes[SERVE_032] == ["compat/probes/serve_cpu_copy.py (probe) changed"]
+    assert changes[OLD_020] == [] and changes[SERVE_032] == ["compat/serve/probes/cpu_copy.py (probe) changed"]
     records = _records(tree)
     _touch(tree / "compat" / "probes" / "runner_v2.py")  # an old-path probe: test_runtime_probes checks its claims
     changes = _changes(tree, records)

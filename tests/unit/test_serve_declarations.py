@@ -17,8 +17,8 @@ from packaging.version import Version
 from compat import registry
 from compat.astkit import Reader
 from compat.probes import PROBES, Reading
-from compat.probes import serve as serve_probes
-from compat.probes.serve_connector import VLLM_CONNECTOR
+from compat.serve.probes import vllm as serve_probes
+from compat.serve.probes.connector import VLLM_CONNECTOR
 from compat.sources import WheelSource
 from compat.versions import in_range
 from fixtures.wheels import wheel

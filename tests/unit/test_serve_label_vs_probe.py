@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 
 from compat import registry
-from compat.plan_serve import judge_surface
+from compat.serve.plan import judge_surface
 from compat.sources import Source, WheelSource
 from compat.surface import evaluate
 from fixtures.wheels import wheel

@@ -19,10 +19,11 @@ import json
 
 import pytest
 
-from compat import plan, plan_serve
+from compat import plan
+from compat.serve import plan as serve_plan
 from compat.astkit import Reader
 from compat.probes import PROBES, Unknown
-from compat.probes.serve_layer_ids import prescribed, repeated
+from compat.serve.probes.layer_ids import prescribed, repeated
 from compat.serve import ServeSpec
 from compat.serve.__main__ import main as serve_main
 from compat.sources import WheelSource
@@ -153,13 +154,13 @@ def _surface(value) -> Surface:
 
 
 def test_an_unread_vllm_still_refuses_repeated_ids_but_says_why():
-    rules = plan_serve.layer_id_rules(_surface(Unknown("a shape not seen")), [3, 3, 5])
+    rules = serve_plan.layer_id_rules(_surface(Unknown("a shape not seen")), [3, 3, 5])
     assert [r.word for r in rules] == ["NO"] and "could not be read" in rules[0].text and "[3, 5]" in rules[0].text
-    assert plan_serve.layer_id_rules(_surface(Unknown("a shape not seen")), [5, 3]) == []  # no order claim
+    assert serve_plan.layer_id_rules(_surface(Unknown("a shape not seen")), [5, 3]) == []  # no order claim
 
 
 def test_a_collapsing_vllm_gets_a_note_not_a_no():
-    rules = plan_serve.layer_id_rules(_surface("repeated-ids-collapse"), [3, 3, 5])
+    rules = serve_plan.layer_id_rules(_surface("repeated-ids-collapse"), [3, 3, 5])
     assert [r.word for r in rules] == ["NOTE"] and "[3, 5]" in rules[0].text
 
 

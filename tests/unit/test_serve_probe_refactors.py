@@ -15,7 +15,7 @@ import pytest
 
 from compat.astkit import Reader
 from compat.probes import PROBES, Reading, Unknown
-from compat.probes.serve_connector import HS_MOONCAKE, VLLM_CONNECTOR, VLLM_CONNECTOR_MODULE
+from compat.serve.probes.connector import HS_MOONCAKE, VLLM_CONNECTOR, VLLM_CONNECTOR_MODULE
 from compat.sources import WheelSource
 from fixtures.wheels import wheel
 from tests.unit.test_probe_refactors import Overlay

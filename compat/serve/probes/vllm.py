@@ -14,13 +14,13 @@ from __future__ import annotations
 import ast
 import functools
 
-from .. import astkit
-from ..astkit import Reader
-from .base import Reading, Unknown, nowhere_in
-from .serve_connector import VLLM_CONNECTOR, VLLM_CONNECTOR_CLASS, serve_probe
-from .serve_method import (METHOD, SPECULATIVE, _constants, _method_reading, _speculative_module,  # noqa: F401
+from compat import astkit
+from compat.astkit import Reader
+from compat.probes.base import Reading, Unknown, nowhere_in
+from .connector import VLLM_CONNECTOR, VLLM_CONNECTOR_CLASS, serve_probe
+from .method import (METHOD, SPECULATIVE, _constants, _method_reading, _speculative_module,  # noqa: F401
                            method_absent)
-from .vllm import _init_argument
+from compat.probes.vllm import _init_argument
 
 VLLM_CONFIG = ("vllm/config/vllm.py", "vllm/config/__init__.py", "vllm/config.py")
 KV_MODULES = ("vllm/v1/core/kv_cache_planning.py", "vllm/v1/core/kv_cache_utils.py")

@@ -2,16 +2,16 @@
 ``extract_hidden_states`` speculative method at all?  A file another probe cannot find is ``absent`` only when
 this reads ``absent``; otherwise it is ``unknown`` (a move is not a removal).
 
-Its own module so that ``serve.py`` and ``serve_connector.py`` both import it and not each other.
+Its own module so that ``vllm.py`` and ``connector.py`` both import it and not each other.
 """
 
 from __future__ import annotations
 
 import ast
 
-from .. import astkit
-from ..astkit import Reader
-from .base import Reading, Unknown
+from compat import astkit
+from compat.astkit import Reader
+from compat.probes.base import Reading, Unknown
 
 METHOD = "extract_hidden_states"
 SPECULATIVE = ("vllm/config/speculative.py", "vllm/config/__init__.py", "vllm/config.py")

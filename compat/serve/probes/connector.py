@@ -14,11 +14,11 @@ from __future__ import annotations
 import ast
 import functools
 
-from .. import astkit
-from ..astkit import Reader
-from ..sources import Source
-from .base import Reading, Unknown, missing_file, probe
-from .serve_method import method_absent  # the S1 reading decides whether a missing module is a refactor
+from compat import astkit
+from compat.astkit import Reader
+from compat.probes.base import Reading, Unknown, missing_file, probe
+from compat.sources import Source
+from .method import method_absent  # the S1 reading decides whether a missing module is a refactor
 
 #: Lines the kit inserts into a file are fenced by these markers; serve probes read the file without them,
 #: so a probe keeps saying what the release shipped after ``compat apply`` (no apply/remove flip-flop).

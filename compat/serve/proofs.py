@@ -17,7 +17,7 @@ import re
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CONTRACT = "tests/contract/serve"
 UNIT = "tests/unit/test_serve_patch_proofs.py"
 RECORDS = "docs/coverage/records"
@@ -86,7 +86,7 @@ def found(patch, root: Path = ROOT) -> tuple[str | None, list[tuple[str, str, st
 def shipped(patch) -> list[tuple[str, str, str, str]]:
     """Where the records shipped with the kit (compat/proof_evidence.py, ``python -m ci proofs``) say the patch's proof
     passed: what an installed kit, without tests/ and records, reads; ``compat apply``'s "unproven" reads the same."""
-    from .proven import evidence
+    from compat.proven import evidence
 
     return list(evidence(patch.id))
 

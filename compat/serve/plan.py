@@ -19,14 +19,15 @@ from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
 
-from . import builds, exit_policy, install_checks, proven, registry, report
-from .astkit import Reader
-from .layout import cache_root
-from .probes import PROBES, Unknown
-from .probes.serve_layer_ids import default_layer_ids, prescribed, repeated, repeating_defaults
-from .sources import InstalledSource, SourceError, open_source
-from .surface import evaluate, installed_sources
-from .verdicts import Decision
+from compat import builds, exit_policy, install_checks, proven, registry, report
+from compat.astkit import Reader
+from compat.layout import cache_root
+from compat.probes import PROBES, Unknown
+from compat.sources import InstalledSource, SourceError, open_source
+from compat.surface import evaluate, installed_sources
+from compat.verdicts import Decision
+
+from .probes.layer_ids import default_layer_ids, prescribed, repeated, repeating_defaults
 
 MODERN = Version("0.5.0")
 

@@ -14,10 +14,10 @@ import email.parser
 
 from packaging.version import InvalidVersion, Version
 
-from .. import astkit
-from ..astkit import Reader
-from .base import Reading, Unknown, missing_file, nowhere_in
-from .serve_connector import serve_probe
+from compat import astkit
+from compat.astkit import Reader
+from compat.probes.base import Reading, Unknown, missing_file, nowhere_in
+from .connector import serve_probe
 
 CLIENT = "speculators/data_generation/vllm_client.py"
 OFFLINE = "speculators/data_generation/offline.py"

@@ -16,8 +16,8 @@ from __future__ import annotations
 import ast
 
 from compat.probes.base import Reading, Unknown, probe
-from compat.probes.serve import CPU_PACKAGE, method_absent
-from compat.probes.serve_connector import KIT_BEGIN, KIT_END, strip_fences
+from compat.serve.probes.connector import KIT_BEGIN, KIT_END, strip_fences
+from compat.serve.probes.vllm import CPU_PACKAGE, method_absent
 
 #: the kit's fences around inserted lines: the probe reads the file without them, so an applied K1 reads as the
 #: release shipped it
