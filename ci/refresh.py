@@ -23,7 +23,7 @@ import threading
 import time
 from pathlib import Path
 
-from ci import coverage, evidence, inputs, readme, table
+from ci import coverage, evidence, inputs, readme, self_reference_page, table
 
 ROOT = Path(__file__).resolve().parents[1]
 #: a guess for a pipeline with no record at all (the old path's median cell on 2 cores, issue 32: 2-17 min)
@@ -162,6 +162,7 @@ def main(args) -> int:
     proofs.write()
     coverage.write()
     readme.write()  # the README's serve lanes quote the same records
+    self_reference_page.write()  # and docs/serve-self-reference.md the saved self-reference records
     bad = sorted(name for name, code in codes.items() if code)
     print(f"== refresh: {len(codes) - len(bad)} of {len(codes)} cell(s) exited 0" +
           (f"; not: {', '.join(bad)}" if bad else ""), flush=True)
