@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import ast
 import json
-import math
 import re
 import shutil
 from pathlib import Path
 
 import pytest
+
+from tests.unit.figures import held
 
 from ci import readme, serve_table
 
@@ -60,15 +61,6 @@ def figures_of(doc: dict) -> tuple[set[str], list[float]]:
     numbers.append(float(sum(o not in ("passed", "skipped") for o in outcomes)))
     return words, numbers
 
-
-def held(figure: str, words: set[str], numbers: list[float]) -> bool:
-    if figure in words:
-        return True
-    if figure.count(".") > 1:  # a version: only as written
-        return False
-    value = float(figure)
-    near = [n for n in numbers + [float(w) for w in words if w.count(".") <= 1] if math.isfinite(n)]
-    return math.isfinite(value) and any(abs(value - n) <= 5e-3 * max(abs(n), 1e-300) for n in near)
 
 
 def unheld(block: str, root: Path = ROOT) -> list[str]:

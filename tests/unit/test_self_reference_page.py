@@ -10,12 +10,13 @@ page's tables and on the records themselves.
 from __future__ import annotations
 
 import json
-import math
 import re
 import shutil
 from pathlib import Path
 
 import pytest
+
+from tests.unit.figures import held
 
 from ci import self_reference_page as page
 
@@ -68,16 +69,6 @@ def figures_of(path: Path) -> tuple[set[str], list[float]]:
     walk(json.loads(path.read_text()))
     return words, numbers
 
-
-def held(figure: str, words: set[str], numbers: list[float]) -> bool:
-    """The figure as written, or a number it rounds (3 significant digits: within 0.5 %)."""
-    if figure in words:
-        return True
-    if figure.count(".") > 1:  # a version: only as written
-        return False
-    value = float(figure)
-    near = numbers + [float(w) for w in words if w.count(".") <= 1]
-    return any(math.isfinite(n) and abs(value - n) <= 5e-3 * abs(n) or value == n == 0 for n in near)
 
 
 def lines_of(block: str) -> list[str]:
