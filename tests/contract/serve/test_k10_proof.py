@@ -63,14 +63,9 @@ def generate(server, name: str):
                            spec.environment())
 
 
-def test_without_k10_validation_fails_on_fp8(needed, server):
-    switch.only("speculators", [])
-    done = generate(server, "k10-left-out")
-    log = done.log.read_text(errors="replace")
-    assert done.returncode != 0 and len(done.files) < len(server[0].calls[0]), log[-2000:]
-    assert needed.patch.symptoms[0] in " ".join(log.split()), log[-2000:]  # the client's rich log wraps lines
-
-
+# The applied run goes first on the shared server: the left-out client exits on its first invalid file with requests
+# in flight, and vLLM 0.25's connector then dies on their abort (KeyError in example_hidden_states_connector
+# request_finished, lane serve-low 2026-12-02), which left the applied run no server.
 def test_with_k10_every_fp8_file_validates_and_equals_hf(needed, server):
     import torch
     from safetensors.torch import load_file
@@ -96,3 +91,12 @@ def test_with_k10_every_fp8_file_validates_and_equals_hf(needed, server):
         bound = HALF_ULP * want.abs() + SUBNORMAL_HALF_STEP * scale + rtol * want.abs().mean(dim=(0, 2), keepdim=True)
         worst = max(worst, float(((got - want).abs() / bound).max()))
     assert worst <= 1.0, worst
+
+
+def test_without_k10_validation_fails_on_fp8(needed, server):
+    switch.only("speculators", [])
+    done = generate(server, "k10-left-out")
+    log = done.log.read_text(errors="replace")
+    # the client fails on its validation; how many files it wrote first depends on how fast the server answered
+    assert done.returncode != 0, log[-2000:]
+    assert needed.patch.symptoms[0] in " ".join(log.split()), log[-2000:]  # the client's rich log wraps lines
