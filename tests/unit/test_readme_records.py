@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.unit.figures import held
+from tests.unit.figures import figures_of_doc, held
 
 from ci import readme, serve_table
 
@@ -38,24 +38,7 @@ def figures_in(text: str) -> list[str]:
 
 def figures_of(doc: dict) -> tuple[set[str], list[float]]:
     """Every figure a record holds: its strings' figures, its numbers, and its tests' tallies per outcome."""
-    words, numbers = set(), []
-
-    def walk(value):
-        if isinstance(value, bool):
-            return
-        if isinstance(value, (int, float)):
-            numbers.append(float(value))
-        elif isinstance(value, str):
-            words.update(FIGURE.findall(value))
-        elif isinstance(value, dict):
-            for key, item in value.items():
-                walk(key)
-                walk(item)
-        elif isinstance(value, list):
-            for item in value:
-                walk(item)
-
-    walk(doc)
+    words, numbers = figures_of_doc(doc, FIGURE)
     outcomes = [t.get("outcome") for t in doc.get("tests") or []]
     numbers += [float(outcomes.count(o)) for o in ("passed", "skipped")]
     numbers.append(float(sum(o not in ("passed", "skipped") for o in outcomes)))

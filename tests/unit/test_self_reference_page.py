@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.unit.figures import held
+from tests.unit.figures import figures_of_doc, held
 
 from ci import self_reference_page as page
 
@@ -46,28 +46,9 @@ def sources(line: str, root: Path = ROOT) -> list[Path]:
 
 def figures_of(path: Path) -> tuple[set[str], list[float]]:
     """Every figure a file holds: a record's numbers and the figures in its strings (not its commit's hex)."""
-    words, numbers = set(), []
     if path.suffix != ".json":
-        words.update(HELD.findall(path.read_text()))
-        return words, numbers
-
-    def walk(value, key=None):
-        if isinstance(value, bool) or key == "commit":
-            return
-        if isinstance(value, (int, float)):
-            numbers.append(float(value))
-        elif isinstance(value, str):
-            words.update(HELD.findall(value))
-        elif isinstance(value, dict):
-            for k, item in value.items():
-                words.update(HELD.findall(k))
-                walk(item, k)
-        elif isinstance(value, list):
-            for item in value:
-                walk(item)
-
-    walk(json.loads(path.read_text()))
-    return words, numbers
+        return set(HELD.findall(path.read_text())), []
+    return figures_of_doc(json.loads(path.read_text()), HELD, skip=("commit",))
 
 
 
