@@ -280,6 +280,8 @@ def test_a_build_ends_by_installing_the_kit(lanes, tmp_path, monkeypatch):
 
     monkeypatch.setattr(lanes.Steps, "run", run)
     monkeypatch.setattr(lanes, "_python", lambda version: sys.executable)
+    monkeypatch.setattr(lanes.tools, "uv", lambda: ["uv"])
+    monkeypatch.setattr(lanes.uv_install, "read_pip_settings", lambda python: {})
     lanes.build(item)
     assert ran[-1][-1] == str(ROOT) and "--force-reinstall" in ran[-1] and "--no-deps" in ran[-1], ran[-1]
     assert any("some-package==1.0" in cmd for cmd in ran[:-1])
