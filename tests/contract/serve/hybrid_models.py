@@ -28,10 +28,13 @@ WINDOW = 256
 def swa_llama() -> str:
     from fixtures.tiny_model import _patch_json, build_tiny_llama
 
-    path = build_tiny_llama(model_dir("serve-tiny-llama-h1024-swa"), hidden_size=1024, heads=32, kv_heads=2,
-                            head_dim=32)
-    _patch_json(str(Path(path) / "config.json"), sliding_window=WINDOW,
-                layer_types=["full_attention", "sliding_attention", "full_attention", "sliding_attention"])
+    from fixtures.build_lock import exclusive
+
+    folder = model_dir("serve-tiny-llama-h1024-swa")
+    with exclusive(f"{folder}-swa-config"):  # its config is patched after the build: not under a reader
+        path = build_tiny_llama(folder, hidden_size=1024, heads=32, kv_heads=2, head_dim=32)
+        _patch_json(str(Path(path) / "config.json"), sliding_window=WINDOW,
+                    layer_types=["full_attention", "sliding_attention", "full_attention", "sliding_attention"])
     return path
 
 
@@ -46,7 +49,14 @@ QWEN3_NEXT = dict(vocab_size=512, hidden_size=128, intermediate_size=256, num_hi
 def qwen3_next(seed: int = 0) -> str:
     import transformers
 
+    from fixtures.build_lock import exclusive
+
     path = model_dir(f"serve-tiny-qwen3-next-tf{transformers.__version__}")
+    with exclusive(path):  # .ci/run runs two lanes at once
+        return _qwen3_next(path, seed)
+
+
+def _qwen3_next(path: Path, seed: int) -> str:
     stamp = path / "stamp.json"
     if stamp.is_file() and json.loads(stamp.read_text()) == {"params": QWEN3_NEXT, "seed": seed}:
         return str(path)
