@@ -58,6 +58,22 @@ def test_unknown_lane_is_a_usage_error_before_anything_runs(tmp_path, args):
     assert elapsed < 10 and not (tmp_path / "venvs").exists()
 
 
+@pytest.mark.parametrize("args", [("test", "--unit-only", "pinned"), ("test", "--unit-only", "--no-unit")], ids=" ".join)
+def test_unit_only_with_a_lane_or_without_units_is_a_usage_error(tmp_path, args):
+    proc, elapsed = lanes_cli(tmp_path, *args)
+    assert proc.returncode == 2 and "--unit-only runs no lane" in proc.stderr, proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stderr and elapsed < 10 and not (tmp_path / "venvs").exists()
+
+
+def test_unit_only_runs_the_unit_tests_and_no_lane(lanes, monkeypatch):
+    ran = []
+    monkeypatch.setattr(lanes, "unit", lambda: ran.append("unit") or 0)
+    monkeypatch.setattr(lanes, "contract", lambda item: ran.append(item.name) or 0)
+    monkeypatch.setattr(lanes, "record_cell", lambda item: ran.append(item.name) or 0)
+    assert lanes.main(["test", "--unit-only"]) == 0
+    assert ran == ["unit"]
+
+
 def test_run_without_a_command_says_how_and_builds_nothing(tmp_path):
     for args in (("run", "pinned"), ("run", "pinned", "--")):
         proc, elapsed = lanes_cli(tmp_path, *args)
