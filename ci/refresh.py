@@ -3,6 +3,14 @@
     python -m ci refresh --dry-run         # what would run, in order, why, and how long (no cell runs)
     python -m ci refresh [--jobs N]        # run them, N at a time; then regenerate compat/proof_evidence.py and
                                            # docs/coverage.md from the new records
+    python -m ci refresh --within 150      # start a cell only if it should end within 150 minutes of the start
+    python -m ci refresh --failed          # also the cells whose current record failed (a flake, a cache since filled)
+
+Why --within: the whole matrix takes hours on 2 cores, longer than one working session; a refresh that is cut
+off loses the cells it was running, one that is time-boxed ends on its own with every record it started and the
+pages regenerated, and the next refresh takes up the rest (the records already refreshed stay fresh).  Whether a
+cell fits uses its expected duration scaled by the pace seen so far (the finished cells' actual over expected
+seconds), since the records' durations were taken on a machine that may have been less busy.
 
 Why: with staleness per cell (ci/inputs.py) a change stales only the cells it can decide, so after a change the
 work left is a list, not the whole matrix.  Order: cells never run first, then the oldest record.  A cell's
@@ -28,6 +36,8 @@ from ci import coverage, evidence, inputs, readme, self_reference_page, table
 ROOT = Path(__file__).resolve().parents[1]
 #: a guess for a pipeline with no record at all (the old path's median cell on 2 cores, issue 32: 2-17 min)
 DEFAULT_SECONDS = 600.0
+#: a current record in one of these is run again only when asked (``--failed``)
+FAILED = ("fail", "lane-broken")
 
 
 @dataclasses.dataclass
@@ -50,8 +60,10 @@ def _seconds(record: evidence.Record) -> float | None:
 
 
 def due(data: table.Table | None = None, records: dict | None = None, judge=None,
-        names: list[str] | None = None) -> list[Due]:
-    """The cells to run, oldest first: never run, then stale (their record's date ascending)."""
+        names: list[str] | None = None, failed: bool = False) -> list[Due]:
+    """The cells to run, oldest first: never run, then stale (their record's date ascending); with ``failed``
+    also the cells whose current record failed (a flake, or a cause fixed outside the inputs, such as a wheel
+    cache), which are otherwise current: their failure is evidence of these very inputs."""
     data = data or table.load()
     records = coverage.load_records() if records is None else records
     judge = judge or inputs.Freshness(data)
@@ -67,9 +79,13 @@ def due(data: table.Table | None = None, records: dict | None = None, judge=None
             found.append(Due(cell, "not run", "", typical[cell.path], True))
             continue
         state, why = judge(record)
+        own = _seconds(record)
         if state != evidence.CURRENT:
-            own = _seconds(record)
             found.append(Due(cell, f"{state}: {why}", record.date, own or typical[cell.path], own is None))
+        elif failed and record.status in FAILED:
+            said = (record.error or "").strip().splitlines()
+            found.append(Due(cell, f"{record.status}: {said[0] if said else 'no error text'}", record.date,
+                             own or typical[cell.path], own is None))
     return sorted(found, key=lambda d: (d.date, d.cell.name))
 
 
@@ -101,8 +117,28 @@ def describe(items: list[Due], jobs: int) -> list[str]:
     return lines
 
 
-def run(items: list[Due], jobs: int, command=None, log_dir: Path | None = None) -> dict[str, int]:
-    """Run the cells, ``jobs`` at a time, never two of one venv together; cell name -> exit code."""
+class Pace:
+    """Actual over expected seconds of the finished cells (1.0 before any): corrects the records' durations."""
+
+    def __init__(self) -> None:
+        self.expected = self.actual = 0.0
+
+    def add(self, expected: float, actual: float) -> None:
+        self.expected += expected
+        self.actual += actual
+
+    @property
+    def factor(self) -> float:
+        return self.actual / self.expected if self.expected else 1.0
+
+
+def run(items: list[Due], jobs: int, command=None, log_dir: Path | None = None,
+        within: float | None = None, clock=time.monotonic) -> dict[str, int]:
+    """Run the cells, ``jobs`` at a time, never two of one venv together; cell name -> exit code.
+
+    With ``within`` (seconds), a cell starts only if it should end by then (its expected seconds times the pace);
+    a cell that does not fit when its turn comes is left out (time only grows), and is missing from the result.
+    """
     if command is None:
         def command(item: Due) -> list[str]:
             return [sys.executable, "-m", "ci", "cell", item.cell.name]
@@ -113,18 +149,24 @@ def run(items: list[Due], jobs: int, command=None, log_dir: Path | None = None) 
     log_dir.mkdir(parents=True, exist_ok=True)
     pending, busy, codes = list(items), set(), {}
     lock, wake = threading.Lock(), threading.Condition(threading.Lock())
-    started = time.monotonic()
+    started, pace = clock(), Pace()
+
+    def fits(item: Due) -> bool:
+        return within is None or clock() - started + item.seconds * pace.factor <= within
 
     def take() -> Due | None:
         with wake:
             while True:
+                for item in [i for i in pending if i.venv not in busy]:
+                    pending.remove(item)
+                    if fits(item):
+                        busy.add(item.venv)
+                        return item
+                    with lock:
+                        print(f"== left out {item.cell.name}: expected {_clock(item.seconds * pace.factor)} "
+                              f"would end after --within {_clock(within)}", flush=True)
                 if not pending:
                     return None
-                ready = next((i for i in pending if i.venv not in busy), None)
-                if ready is not None:
-                    pending.remove(ready)
-                    busy.add(ready.venv)
-                    return ready
                 wake.wait()
 
     def worker() -> None:
@@ -132,16 +174,19 @@ def run(items: list[Due], jobs: int, command=None, log_dir: Path | None = None) 
             log = log_dir / f"refresh-{item.cell.name}.log"
             with lock:
                 print(f"== start {item.cell.name} (expected {_clock(item.seconds)}; log {log})", flush=True)
+            began = clock()
             with open(log, "w") as out:
                 code = subprocess.run(command(item), cwd=ROOT, stdout=out, stderr=subprocess.STDOUT).returncode
             with wake:
                 busy.discard(item.venv)
                 codes[item.cell.name] = code
-                left = schedule(pending, jobs)
+                pace.add(item.seconds, clock() - began)
+                left = schedule(pending, jobs) * pace.factor
                 wake.notify_all()
             with lock:
-                print(f"== done {item.cell.name}: exit {code} after {_clock(time.monotonic() - started)}; "
-                      f"{len(pending)} left, ETA {_clock(left)}", flush=True)
+                print(f"== done {item.cell.name}: exit {code} in {_clock(clock() - began)} (expected "
+                      f"{_clock(item.seconds)}), {_clock(clock() - started)} in all; {len(pending)} left, ETA "
+                      f"{_clock(left)} at the pace so far ({pace.factor:.2f} x the records' durations)", flush=True)
 
     threads = [threading.Thread(target=worker) for _ in range(max(jobs, 1))]
     for thread in threads:
@@ -152,11 +197,16 @@ def run(items: list[Due], jobs: int, command=None, log_dir: Path | None = None) 
 
 
 def main(args) -> int:
-    items = due(names=args.cells or None)
+    if args.jobs < 1 or (args.within is not None and args.within <= 0):
+        print(f"ci refresh: --jobs must be at least 1 and --within a positive number of minutes (got --jobs "
+              f"{args.jobs}, --within {args.within}); nothing ran", file=sys.stderr)
+        return 2
+    items = due(names=args.cells or None, failed=args.failed)
     print("\n".join(describe(items, args.jobs)), flush=True)
     if args.dry_run or not items:
         return 0
-    codes = run(items, args.jobs)
+    within = args.within * 60 if args.within is not None else None
+    codes = run(items, args.jobs, within=within)
     from ci.proofs import evidence as proofs  # which records prove which patch: generated from the records too
 
     proofs.write()
@@ -166,4 +216,8 @@ def main(args) -> int:
     bad = sorted(name for name, code in codes.items() if code)
     print(f"== refresh: {len(codes) - len(bad)} of {len(codes)} cell(s) exited 0" +
           (f"; not: {', '.join(bad)}" if bad else ""), flush=True)
+    left = [item for item in items if item.cell.name not in codes]
+    if left:
+        print(f"== {len(left)} cell(s) left for the next refresh (ETA {_clock(schedule(left, args.jobs))} with "
+              f"{args.jobs} job(s) at the records' durations): {', '.join(i.cell.name for i in left)}", flush=True)
     return 1 if bad else 0

@@ -39,6 +39,23 @@ def test_only_missing_and_stale_cells_are_due_never_run_first_then_the_oldest():
     assert items[2].why.startswith("stale: suite ffffffff") and items[1].why.startswith("legacy")
 
 
+def test_failed_adds_current_failures_only_when_asked_and_never_a_plan_no():
+    """A current failing record (here a torch.distributed port race) is evidence of its inputs: a plain refresh
+    leaves it; --failed runs it again, beside the stale ones, and a current plan-no stays (the plan's answer)."""
+    names = ["vllm0.20.2-spec0.3.0", "vllm0.11.2-spec0.4.0.1", "vllm0.20.0-spec0.3.0", "vllm0.21.0-spec0.3.0"]
+    records = {"vllm0.20.2-spec0.3.0": _record("vllm0.20.2-spec0.3.0", "2026-11-30T10:00:00+00:00", status="fail",
+                                               error="test_patch_proofs.py: EADDRINUSE\nmore"),
+               "vllm0.11.2-spec0.4.0.1": _record("vllm0.11.2-spec0.4.0.1", "2026-11-30T10:00:00+00:00",
+                                                 status="plan-no"),
+               "vllm0.20.0-spec0.3.0": _record("vllm0.20.0-spec0.3.0", "2026-11-30T10:00:00+00:00"),
+               "vllm0.21.0-spec0.3.0": _record("vllm0.21.0-spec0.3.0", "2026-11-29T10:00:00+00:00", "f" * 16)}
+    judge = inputs.Freshness(DATA, SUITE, per_cell=False)
+    assert [i.cell.name for i in refresh.due(DATA, records, judge, names)] == ["vllm0.21.0-spec0.3.0"]
+    items = refresh.due(DATA, records, judge, names, failed=True)
+    assert [i.cell.name for i in items] == ["vllm0.21.0-spec0.3.0", "vllm0.20.2-spec0.3.0"]
+    assert items[1].why == "fail: test_patch_proofs.py: EADDRINUSE", items[1].why
+
+
 def _due(name: str, seconds: float) -> refresh.Due:
     return refresh.Due(CELLS[name], "not run", "", seconds, False)
 
@@ -102,3 +119,46 @@ def test_ingest_takes_a_record_of_this_commit_and_suite_and_refuses_the_rest(tmp
     taken, refused = ingest.ingest([tmp_path / "late"], records, commit=commit)
     assert not taken and "older" in refused[0]
     assert evidence.load(records)["vllm0.20.0-spec0.3.0"].date == ok.date
+
+
+class _Clock:
+    """A clock that moves only when a cell "runs": the command hook adds that cell's actual seconds."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _timed_run(tmp_path, expected: list[float], actual: float, within: float) -> dict[str, int]:
+    names = ["vllm0.20.0-spec0.3.0", "vllm0.21.0-spec0.3.0", "vllm0.22.0-spec0.3.0", "vllm0.23.0-spec0.3.0"]
+    items = [_due(name, seconds) for name, seconds in zip(names, expected)]
+    clock = _Clock()
+
+    def command(item):
+        clock.now += actual  # the cell's own duration, as the worker's clock sees it
+        return [sys.executable, "-c", "pass"]
+
+    return refresh.run(items, 1, command, tmp_path / "logs", within=within, clock=clock)
+
+
+def test_within_starts_a_cell_only_if_it_should_end_in_time(tmp_path, capsys):
+    """30 s cells in 100 s: they start at 0, 30 and 60; the one due at 90 would end at 120 and is left out."""
+    codes = _timed_run(tmp_path, [30, 30, 30, 30], 30, within=100)
+    assert list(codes) == ["vllm0.20.0-spec0.3.0", "vllm0.21.0-spec0.3.0", "vllm0.22.0-spec0.3.0"]
+    assert "== left out vllm0.23.0-spec0.3.0" in capsys.readouterr().out
+
+
+def test_within_scales_the_records_durations_by_the_pace_seen_so_far(tmp_path):
+    """Cells recorded at 10 s take 20: at 40 s the third would end at 50 by its record but at 60 at this pace."""
+    assert len(_timed_run(tmp_path, [10, 10, 10, 10], 20, within=50)) == 2
+    assert len(_timed_run(tmp_path, [10, 10, 10, 10], 10, within=50)) == 4  # on pace: all fit (the last ends at 40)
+
+
+@pytest.mark.parametrize("jobs, within", [(0, None), (1, 0.0), (2, -5.0)])
+def test_refresh_refuses_bad_jobs_or_within_before_running_anything(jobs, within, capsys, monkeypatch):
+    monkeypatch.setattr(refresh, "due", lambda **_: pytest.fail("nothing may be planned"))
+    args = type("Args", (), dict(jobs=jobs, within=within, cells=[], dry_run=False))()
+    assert refresh.main(args) == 2
+    assert "nothing ran" in capsys.readouterr().err
