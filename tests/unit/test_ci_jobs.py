@@ -45,3 +45,31 @@ def test_bad_job_specs_are_usage_errors():
     for args in (["nameonly"], ["=echo"], ["a=echo", "a=echo"], ["--jobs", "0", "a=true"]):
         proc = jobs(*args)
         assert proc.returncode == 2 and "Traceback" not in proc.stderr, (args, proc.stderr)
+
+
+def test_each_job_reports_the_cpu_of_its_process_tree():
+    """A job whose child burns ~1 CPU-s reports about that much CPU; a job that only sleeps reports almost none."""
+    burn = f"{sys.executable} -c \"import subprocess, sys; subprocess.run([sys.executable, '-c', " \
+           f"'import time; t = time.process_time(); exec(\\'while time.process_time() - t < 1: pass\\')'])\""
+    proc = jobs("--jobs", "2", f"burn={burn}", "idle=sleep 1")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    line = {w.split()[2].rstrip(":"): w for w in proc.stdout.splitlines() if w.startswith("== job ")}
+
+    def cpu(name: str) -> int:
+        text = line[name].split(", ", 1)[1]  # "0 min 1 s CPU (...)"
+        minutes, _, seconds, *_ = text.split()
+        return int(minutes) * 60 + int(seconds)
+
+    assert cpu("burn") >= 1 and cpu("idle") == 0, proc.stdout
+
+
+def test_ci_runs_phase_clock_counts_the_cpu_of_each_phase():
+    """.ci/run's own ``timed`` (taken from the script, not copied): a phase burning ~2 CPU-s says so, a sleep none."""
+    lines = (ROOT / ".ci" / "run").read_text().splitlines()
+    first = lines.index('took=""')
+    last = next(i for i in range(lines.index("timed() {"), len(lines)) if lines[i] == "}")
+    burn = f"{sys.executable} -c 'import time; t = time.process_time()\nwhile time.process_time() - t < 2.2: pass'"
+    script = "\n".join(lines[first:last + 1] + [f'timed "burn" {burn}', 'timed "idle" sleep 1', 'echo "$took"'])
+    out = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=60).stdout
+    assert "burn 0 min " in out and "(0 min 2 s CPU)" in out.split(";")[0], out
+    assert "idle 0 min 1 s (0 min 0 s CPU)" in out, out
