@@ -650,6 +650,21 @@ def test_a_release_line_whose_proofs_passed_is_proven():
     assert judge(decisions, surface, require_proven=True).exit_code == 1
 
 
+def test_p37_is_proven_by_its_exit_test_only_where_its_twin_shows_the_bug():
+    """test_generator_exit.py passes on every line where p37 is needed, but its twin (p37 left out) prints the
+    upstream traceback only on the lines of its SHOWS_ON (0.32, .ci/run of 2026-12-01): there the pass proves p37;
+    on 0.31 it held only the patched side, so p37 has no evidence on 0.31 (and ``compat plan`` says unproven)."""
+    from compat.proven import proven_on
+
+    exit_test = "tests/contract/test_generator_exit.py::test_the_generators_del_is_quiet_at_exit_only_with_p37"
+    for cell in ("vllm0.32.0-spec0.4.0.1", "vllm0.31.0-spec0.4.0.1"):
+        record = _record(cell)
+        assert _outcome(record, exit_test) == "passed", cell
+        assert "speculators.generator.quiet_del_at_exit" in record["details"]["plan"]["patches"], cell
+    assert proven_on("speculators.generator.quiet_del_at_exit", "0.32", "0.4.x") == ["cpu"]
+    assert proven_on("speculators.generator.quiet_del_at_exit", "0.31", "0.4.x") == []
+
+
 # -- findings of the matrix as plan rules (issue 19 item 3, last sentence) ----------------------------------------
 
 
