@@ -32,9 +32,22 @@ def _router(experts=8, top_k=2, seed=0):
     return router
 
 def _chosen(router, hidden) -> set:
+    """HF's own choice of experts.  transformers 5.15+ (and 4.x) routers choose and return the indices last; 5.5-5.14
+    ones return the logits only and their MoE block chooses (DeepseekV3MoE.route_tokens_to_experts)."""
     with torch.no_grad():
-        indices = router(hidden)[-1]
-    return set(indices.flatten().tolist())
+        out = router(hidden)
+        if isinstance(out, tuple):
+            return set(out[-1].flatten().tolist())
+        from transformers.models.deepseek_v3.modeling_deepseek_v3 import DeepseekV3MoE
+
+        block = DeepseekV3MoE(router.config)
+        block.gate = router
+        return set(block.route_tokens_to_experts(out)[0].flatten().tolist())
+
+
+def _top_k(router) -> int:
+    """k as HF reads it: the router's own attribute, or (transformers 5.5-5.14) its config's."""
+    return getattr(router, "top_k", None) or router.config.num_experts_per_tok
 
 def test_a_margin_is_the_distance_to_another_hf_routing_choice():
     router = _router()
@@ -47,7 +60,7 @@ def test_a_margin_is_the_distance_to_another_hf_routing_choice():
         logits = torch.nn.functional.linear(x.float(), router.weight.float())
         scores = (logits.sigmoid() + router.e_score_correction_bias)[0]
         order = scores.argsort(descending=True).tolist()
-        kth, next_best = order[router.top_k - 1], order[router.top_k]
+        kth, next_best = order[_top_k(router) - 1], order[_top_k(router)]
         half = float(margins[token]) / 2
         for push, flips in ((half * 0.9, False), (half * 1.1 + 1e-6, True)):
             moved = _router()
