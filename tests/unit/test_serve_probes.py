@@ -76,6 +76,10 @@ VLLM_CHANGES = {
     # wheels); vllm#43150 (0.23.0) passes USE_FP64_GUMBEL, which the stand-in accepts from vllm#46069 (0.25.0)
     "serve.cpu.recovered_sampler": [("0.16.0", "absent"), ("0.20.0", "accepts-flags"), ("0.23.0", "rejects-fp64-gumbel"),
                                     ("0.25.0", "accepts-flags")],
+    # the rejection sampler's JIT-warm-up dispatchers (0.30.0) keep the kernels they captured at import while the CPU
+    # runner swaps module globals; 0.31.0 registers the CPU kernels by name (vllm/triton_utils/dispatcher.py)
+    "serve.cpu.sampler_dispatch": [("0.16.0", "no-warmup-dispatcher"), ("0.30.0", "swap-misses-dispatcher"),
+                                   ("0.31.0", "rebinds-dispatchers")],
 }
 #: speculators (§1.3, §0.10 version.py lag; the wheels' METADATA pins)
 SPECULATORS_CHANGES = {

@@ -92,6 +92,33 @@ def applied_through_the_cli(serve_lane, launch):
     return doc
 
 
+#: the FLAGS args ServeSpec has a field for; any other goes to extra_args as given
+FLAG_OPTIONS = {"--no-enable-chunked-prefill": ("enable_chunked_prefill", False),
+                "--no-enable-prefix-caching": ("enable_prefix_caching", False)}
+
+
+@pytest.fixture(scope="session")
+def plan_flags(applied_through_the_cli) -> tuple[str, ...]:
+    """The `vllm serve` arguments `compat plan`'s FLAGS ask for on this install (apply's JSON carries the plan's
+    rules): a server started as a user would start it after reading the plan."""
+    return tuple(arg for rule in applied_through_the_cli.get("rules", []) if rule["word"] == "FLAGS"
+                 for arg in rule.get("args", []))
+
+
+def with_plan_flags(options: dict, flags: tuple[str, ...]) -> dict:
+    """ServeSpec ``options`` with the plan's FLAGS added."""
+    out, extra = dict(options), list(options.get("extra_args", []))
+    for arg in flags:
+        if arg in FLAG_OPTIONS:
+            field_name, value = FLAG_OPTIONS[arg]
+            out[field_name] = value
+        elif arg not in extra:
+            extra.append(arg)
+    if extra:
+        out["extra_args"] = extra
+    return out
+
+
 @pytest.fixture(scope="session")
 def vllm_base(serve_lane):
     """The kit's patches every serve run on this vLLM needs (switch.BASE: K1, K11, K12 where vLLM needs them), applied

