@@ -72,6 +72,7 @@ def wrap_in_helper(relpath, function, helper):
 
 
 PROPOSER = "vllm/v1/spec_decode/extract_hidden_states.py"
+REJECTION_SAMPLER = "vllm/v1/sample/rejection_sampler.py"
 #: the capture moves out of the mixin, the buffer's count is computed elsewhere
 LAYER_ID_REFACTORS = [("0.17.0", rename(f"{MODELS}/llama.py", "aux_hidden_state_layers", "capture_layers")),
                       ("0.25.0", rename(f"{MODELS}/interfaces.py", "EagleModelMixin", "AuxCaptureMixin")),
@@ -121,6 +122,12 @@ CORPUS = {
         rename(CPU_STAND_INS, "_sample_recovered_tokens_kernel_impl", "_recovered_impl"),
         rename(CPU_STAND_INS, "_FuncWrapper", "_Launcher"),
         rename(SAMPLER, "sample_recovered_tokens_kernel", "recovered_tokens_kernel"))],
+    "serve.cpu.sampler_dispatch": [
+        ("0.30.0", rename(REJECTION_SAMPLER, "triton_kernel_dispatcher_with_warmup", "jit_dispatcher")),
+        ("0.29.0", wrap_in_helper(REJECTION_SAMPLER, "expand_batch_to_tokens", "_expand_batch")),
+        ("0.29.0", rename(REJECTION_SAMPLER, "triton", "tr")),
+        ("0.30.0", rename("vllm/v1/worker/cpu_model_runner.py", "rejection_sampler", "sampling")),
+        ("0.32.0", rename("vllm/platforms/cpu.py", "register_kernels", "register_overrides"))],
     "serve.cpu.event_query": [("0.25.0", rename("vllm/v1/worker/cpu/shm.py", "_EventPlaceholder", "_Event"))],
     "serve.cpu.stream_stand_ins": [("0.28.0", rename("vllm/v1/worker/cpu/shm.py", "_StreamPlaceholder", "_Stream")),
                                    ("0.25.0", rename("vllm/v1/worker/cpu/shm.py", "wait_stream", "wait_for"))],

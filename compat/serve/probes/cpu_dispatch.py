@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import ast
 
-from compat.probes.base import Reading, Unknown, missing_file, probe
+from compat.probes.base import Reading, Unknown, probe
 from compat.serve.probes.connector import strip_fences
 
 NAME = "serve.cpu.sampler_dispatch"
@@ -60,6 +60,22 @@ def captured_kernels(sampler: ast.Module) -> dict[str, str]:
                     if keyword.arg == "kernel" and isinstance(keyword.value, ast.Name):
                         found[keyword.value.id] = node.name
     return found
+
+
+def jit_kernels(sampler: ast.Module) -> set[str]:
+    """The functions the sampler defines under ``@triton.jit`` (with or without arguments)."""
+    found = set()
+    for node in sampler.body:
+        if isinstance(node, ast.FunctionDef) and any(_called_name(d) == "jit" for d in node.decorator_list):
+            found.add(node.name)
+    return found
+
+
+def launched_directly(sampler: ast.Module) -> set[str]:
+    """The kernels the sampler launches itself, ``kernel[grid](...)``: no dispatcher holds them."""
+    return {node.func.value.id for node in ast.walk(sampler)
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Subscript)
+            and isinstance(node.func.value, ast.Name)}
 
 
 def _dotted_tail(node: ast.expr) -> str | None:
@@ -99,14 +115,15 @@ def registers_by_name(platform: ast.Module) -> int | None:
 def cpu_sampler_dispatch(reader) -> Reading | Unknown:
     """Rejection-sampler kernels on a CPU build: no-warmup-dispatcher / rebinds-dispatchers / swap-misses-dispatcher."""
     sampler = _tree(reader, SAMPLER)
-    if sampler is None:
-        return missing_file(reader, SAMPLER, "vllm/v1/engine/core.py", "a vLLM with the V1 engine",
-                            value="no-warmup-dispatcher")
+    if sampler is None:  # every release with extract_hidden_states has it: moved, not removed
+        return Unknown(f"{SAMPLER} not found: the rejection sampler moved, not read here")
     captured = captured_kernels(sampler)
     if not captured:
-        if DISPATCHER in (reader.text(SAMPLER) or ""):
-            return Unknown(f"{SAMPLER} names {DISPATCHER} but no decorator with kernel=NAME this probe can read")
-        return Reading("no-warmup-dispatcher", SAMPLER)
+        kernels = jit_kernels(sampler)
+        if kernels and kernels <= launched_directly(sampler):
+            return Reading("no-warmup-dispatcher", SAMPLER)
+        return Unknown(f"{SAMPLER}: the Triton kernels {sorted(kernels - launched_directly(sampler)) or '(none)'} "
+                       f"are launched neither directly nor through {DISPATCHER}(kernel=...), as this probe reads")
     platform = _tree(reader, CPU_PLATFORM)
     line = registers_by_name(platform) if platform is not None else None
     if line is not None:
