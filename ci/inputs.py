@@ -10,7 +10,11 @@ record at every commit, so the matrix (hours on 2 cores) is never fresh.  A cell
   whose version prefilter does not exclude them (out of range, the plan never applies them), with ``_common``;
 - the probes: every probe module of the cell's pipeline (the contract suite checks each probe's static claim on
   the running vLLM, tests/contract/test_runtime_probes.py), and those the in-range patches read;
-- the test files the cell ran and every helper module beside them (conftest, harnesses, data).
+- the test files the cell ran and every helper module beside them (conftest, harnesses, data);
+- its release's shipped surface (``compat/surfaces/vllm-<release>.json``) by its presence only: no cell reads a
+  surface's probe values (plan, apply and confirm evaluate the install or wheel they are given; only ``compat
+  surface diff`` loads them), while the set of files orders the release lines the version prefilters use
+  (``registry.release_lines``).  So adding a probe's values to every surface stales no cell.
 
 A record is *stale* when one of these files differs from the bytes it ran with, or when a test file in the
 cell's scope is new since then (it never ran there).  The bytes it ran with are the file hashes the record
@@ -41,6 +45,8 @@ SERVE_PROBES = "compat/serve/probes/"
 PROBES = ("compat/probes/", SERVE_PROBES)
 PROBE_HARNESS = ("compat/probes/__init__.py", "compat/probes/base.py", "compat/serve/probes/__init__.py")
 SURFACES = "compat/surfaces/"
+#: why a shipped surface decides a cell: its presence among the release lines, not its probe values
+RELEASE_LIST = "release list"
 
 
 def blob_id(data: bytes) -> str:
@@ -175,9 +181,15 @@ class Inputs:
                     if (cell.path == table.SERVE) == path.startswith(SERVE_PROBES):
                         found[path] = "probe"  # its pipeline's probes: the contract suite checks each one's claim
                     continue
-                if path.startswith(SURFACES) and vllm and Path(path).name != f"vllm-{vllm}.json":
+                if path.startswith(SURFACES):
+                    if vllm and Path(path).name == f"vllm-{vllm}.json":
+                        found[path] = RELEASE_LIST
+                    elif not vllm:
+                        found[path] = "harness"  # a nightly not run yet: which release it is is not known
                     continue
                 found[path] = "harness"
+        if vllm:  # present or not: its going away changes the release lines
+            found.setdefault(f"{SURFACES}vllm-{vllm}.json", RELEASE_LIST)
         if cell.path == table.OLD and cell.release.vllm != table.NIGHTLY:
             found[cell.release.lock.relative_to(ROOT).as_posix()] = "lock"
         found.update(self._patch_files(cell, vllm))
@@ -224,6 +236,8 @@ class Inputs:
         changed = []
         for path, why in self.decisive(cell, ran, vllm).items():
             now, before = self.blob(path), then.get(path)
+            if why == RELEASE_LIST and now is not None and before is not None:
+                continue  # its presence decides, not its bytes (module docstring)
             if now != before:
                 state = "is new" if before is None else "was removed" if now is None else "changed"
                 changed.append(f"{path} ({why}) {state}")

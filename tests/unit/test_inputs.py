@@ -130,3 +130,21 @@ def test_a_cell_record_carries_its_inputs():
         (ROOT / "patches" / "p17_async_scheduling_off.py").read_bytes())
     assert "patches/serve/k1_cpu_connector.py" not in record.details["inputs"]
     assert inputs.blob_id(b"hello\n") == "ce013625030ba8dba906f756967f9e9ca394464a"  # git hash-object of it
+
+
+def test_a_surface_decides_its_release_by_presence_not_by_its_probe_values(tree):
+    """A new probe's values written into every shipped surface stale no cell: no cell reads them (plan, apply and
+    confirm evaluate what they are given); a release's surface gone changes the release lines its cells are
+    ordered by, and stales them."""
+    import json
+
+    records = _records(tree)
+    surface = tree / "compat/surfaces/vllm-0.20.0.json"
+    doc = json.loads(surface.read_text())
+    doc["probes"]["serve.some_new_probe"] = "some-value"
+    surface.write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n")
+    assert _changes(tree, records) == {OLD_020: [], OLD_011: [], SERVE_032: []}
+    surface.unlink()
+    changed = _changes(tree, records)
+    assert changed[OLD_020] and "compat/surfaces/vllm-0.20.0.json" in changed[OLD_020][0], changed
+    assert changed[OLD_011] == [] and changed[SERVE_032] == []

