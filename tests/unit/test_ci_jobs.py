@@ -76,3 +76,38 @@ def test_ci_runs_phase_clock_counts_the_cpu_of_each_phase():
     out = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=60).stdout
     assert "burn 0 min " in out and "(0 min 2 s CPU)" in out.split(";")[0], out
     assert "idle 0 min 1 s (0 min 0 s CPU)" in out, out
+
+
+def test_a_job_after_another_starts_only_once_it_ended_whatever_its_exit(tmp_path):
+    """b comes --after a (which fails): b's start stamp is after a's end stamp, though a slot was free all along;
+    c, with no order, starts at once beside a."""
+    log = tmp_path / "stamps"
+    stamp = f"echo $(date +%s.%N) {{}} >> {log}"
+    proc = jobs("--jobs", "2", "--after", "b=a",
+                f"a=sh -c '{stamp.format('a-start')}; sleep 1; {stamp.format('a-end')}; exit 4'",
+                f"b=sh -c '{stamp.format('b-start')}'", f"c=sh -c '{stamp.format('c-start')}'")
+    assert proc.returncode == 1 and "== job a: exit 4" in proc.stdout and "b exit 0" in proc.stdout, proc.stdout
+    at = {what: float(t) for t, what in (line.split() for line in log.read_text().splitlines())}
+    assert at["b-start"] >= at["a-end"] > at["c-start"], at
+
+
+def test_an_optional_job_that_would_overrun_the_budget_is_not_run_and_fails_nothing():
+    proc = jobs("--budget", "1", "--optional", "late=5", "--optional", "soon=0.5", "late=echo ran", "soon=echo ran too")
+    assert proc.returncode == 0, proc.stdout
+    assert "== job late: NOT RUN, at minute 0 of the pool's 1" in proc.stdout and "[late] ran" not in proc.stdout
+    assert "[soon] ran too" in proc.stdout and "late NOT RUN" in proc.stdout.splitlines()[-1]
+
+
+def test_the_pool_says_how_busy_the_machine_was():
+    proc = jobs("a=true")
+    assert proc.returncode == 0 and "the machine's busy cores over the pool: " in proc.stdout, proc.stdout
+    said = proc.stdout.split("busy cores over the pool: ")[1].split(")")[0]
+    assert said == "not read" or said.endswith(f" of {__import__('os').cpu_count()}"), said
+
+
+def test_orders_and_options_that_cannot_be_followed_are_usage_errors():
+    for args in (["--after", "b=nosuch", "b=true"], ["--after", "a=b", "--after", "b=a", "a=true", "b=true"],
+                 ["--optional", "a=5", "a=true"], ["--budget", "9", "--optional", "a=x", "a=true"],
+                 ["--budget", "9", "--optional", "zz=1", "a=true"], ["--after", "a", "a=true"]):
+        proc = jobs(*args)
+        assert proc.returncode == 2 and "Traceback" not in proc.stderr, (args, proc.stderr)
