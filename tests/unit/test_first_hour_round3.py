@@ -110,7 +110,7 @@ def test_check_on_a_serve_report_says_it_is_old_path_only(tmp_path, capsys):
 def test_the_user_install_proof_runs_in_ci_and_not_by_default():
     ci = (ROOT / ".ci" / "run").read_text()
     job = next(line for line in ci.splitlines() if line.strip().startswith('"user-install='))
-    assert "-m user_install tests/user" in job and '[ "$jobs" -eq 0 ]' in ci  # a job of phase 1, whose exit counts
+    assert "-m user_install tests/user" in job and '[ "$jobs" -eq 0 ]' in ci  # a job of the pool, whose exit counts
     proc = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
                            "tests/user"], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert "1 deselected" in proc.stdout and "test_user_install.py::" not in proc.stdout.split("deselected")[0], \

