@@ -33,6 +33,8 @@ import tempfile
 
 from compat.confirm.common import resolve_common, usage as _usage
 
+from . import amx_mla
+
 #: serve's defaults where the generator's differ: two client runs (11 prompts, then 33 with a long one and a repeat)
 CALLS = (11, 33)
 BUDGET = 64
@@ -158,6 +160,9 @@ def spec_from_args(args, work_dir=None, vocab: int = 512, flags=()):
         return _usage(str(exc))
     if unchunked:
         print(f"note: {unchunked}", flush=True)
+    amx = amx_mla.reason(spec)
+    if amx:
+        print(f"note: {amx}", flush=True)
     for rule in flags:
         print(f"note: compat plan's FLAGS on this install, so the server starts with {' '.join(rule.args)}: "
               f"{rule.text}", flush=True)
@@ -173,7 +178,8 @@ def options_of(spec, args, flags=()) -> dict:
             "gpu_memory_utilization": spec.gpu_memory_utilization, "rtol": spec.rtol,
             "prompts": args.prompts or "generated", "calls": [len(c) for c in spec.calls],
             "trust_remote_code": spec.trust_remote_code,
-            "plan_flags": [arg for rule in flags for arg in rule.args]}
+            "plan_flags": [arg for rule in flags for arg in rule.args],
+            "attention_backend": amx_mla.FLAG[1] if amx_mla.reason(spec) else None}
 
 
 def confirm_serve(args, work_dir=None, vocab: int = 512) -> int:

