@@ -323,6 +323,21 @@ def test_the_page_shows_the_serve_cells_in_their_own_section_with_counts_and_sta
     assert "| 0.32.0 | 0.9.0 | serve | not run yet |" in unrun
 
 
+def test_a_passing_cell_names_the_proofs_its_host_could_not_run():
+    """A skip that says NOT RUN (a host fact: tests/contract/serve/amx_host.py) is named on the page by its test file;
+    an ordinary skip (not needed on this release) is only counted."""
+    tests = ([{"test": "tests/contract/serve/test_k11_proof.py::a", "outcome": "passed", "seconds": 1.0}]
+             + [{"test": f"tests/contract/serve/test_k{k}_proof.py::{side}", "outcome": "skipped", "seconds": 0.0,
+                 "message": "NOT RUN on this host: it has AMX tiles"} for k in (4, 3) for side in "ab"]
+             + [{"test": "tests/contract/serve/test_k5_proof.py::a", "outcome": "skipped", "seconds": 0.0,
+                 "message": "not needed here"}])
+    records = {"vllm0.32.0-spec0.9.0": _record("vllm0.32.0-spec0.9.0", "pass", tests=tests, contract_seconds=90.0,
+                                               path="serve")}
+    serve = coverage.render(DATA, records, {}, suite=SUITE, gpu={}).split("## Modern path", 1)[1]
+    assert ("| 0.32.0 | 0.9.0 | serve | **pass** (1 passed, 5 skipped; NOT RUN on its host: test_k3_proof, "
+            "test_k4_proof, 90 s) |") in serve
+
+
 def test_a_serve_cell_runs_its_lanes_serve_tests_and_writes_a_serve_record(tmp_path, monkeypatch):
     """The lane's selection reaches pytest, the record says path "serve" with the stamp, device and every test's
     outcome, and the lane is put back as found (its speculators, the patches it had) even when pytest dies."""
