@@ -1,6 +1,6 @@
 """CPU seconds of one contract test file in a lane: this checkout beside another commit, ABBA, one run.
 
-    python3 benchmarks/contract_file_time.py tests/contract/test_transformers524.py --lane pinned --before b4d4a2d
+    python3 benchmarks/contract_file_time.py tests/once/test_transformers524.py --lane pinned --before b4d4a2d
 
 For the parts of a cell that need no engine and leave the lane as they found it (test_transformers524.py unpacks
 wheels into a temporary folder): the lane is only read, nothing is installed into it and its speculators is not

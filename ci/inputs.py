@@ -10,7 +10,9 @@ record at every commit, so the matrix (hours on 2 cores) is never fresh.  A cell
   whose version prefilter does not exclude them (out of range, the plan never applies them), with ``_common``;
 - the probes: every probe module of the cell's pipeline (the contract suite checks each probe's static claim on
   the running vLLM, tests/contract/test_runtime_probes.py), and those the in-range patches read;
-- the test files the cell ran and every helper module beside them (conftest, harnesses, data);
+- the test files the cell ran and every helper module beside them (conftest, harnesses, data); a serve cell's are
+  those under tests/contract/serve/ and the conftest chain above them with what it imports, not the old path's
+  harness beside it, which no serve test loads;
 - its release's shipped surface (``compat/surfaces/vllm-<release>.json``) by its presence only: no cell reads a
   surface's probe values (plan, apply and confirm evaluate the install or wheel they are given; only ``compat
   surface diff`` loads them), while the set of files orders the release lines the version prefilters use
@@ -63,6 +65,29 @@ def _files(root: Path, top: str) -> list[str]:
 
 def _serve_only(path: str) -> bool:
     return path.startswith(SERVE_ONLY)
+
+
+#: what a serve cell's pytest loads of tests/contract outside serve/: the package and the conftest chain (its
+#: markers and fixtures), and the tests.contract modules that conftest imports (``_imported``)
+SERVE_CONFTEST = ("tests/contract/__init__.py", "tests/contract/conftest.py")
+
+
+def _imported(root: Path, path: str) -> set[str]:
+    """The ``tests.contract.X`` modules ``path`` imports at any level (unreadable: every helper, as before)."""
+    import ast
+
+    try:
+        tree = ast.parse((root / path).read_text())
+    except (OSError, SyntaxError):
+        return {"*"}
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            names.add(node.module)
+            names.update(f"{node.module}.{alias.name}" for alias in node.names)
+        elif isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+    return {f"{n.replace('.', '/')}.py" for n in names if n.startswith("tests.contract.")}
 
 
 def _is_test(path: str) -> bool:
@@ -193,14 +218,24 @@ class Inputs:
         if cell.path == table.OLD and cell.release.vllm != table.NIGHTLY:
             found[cell.release.lock.relative_to(ROOT).as_posix()] = "lock"
         found.update(self._patch_files(cell, vllm))
+        shared = self._serve_shared() if cell.path == table.SERVE else None
         for path in _files(self.root, "tests/contract"):
             if cell.path == table.OLD and _serve_only(path):
                 continue
+            if shared is not None and not (_serve_only(path) or path in shared or "*" in shared):
+                continue  # the old path's harness and helpers: no serve test loads them
             if not _is_test(path):
                 found[path] = "helper"
         for path in (self.scope_tests(cell) if ran is None else sorted(ran)):
             found[path] = "test"
         return found
+
+    def _serve_shared(self) -> set[str]:
+        """tests/contract's files outside serve/ that a serve cell loads: the conftest chain and what it imports."""
+        shared = {p for p in SERVE_CONFTEST if (self.root / p).is_file()}
+        for path in [p for p in _files(self.root, "tests/contract/serve") if p.endswith(".py")] + list(shared):
+            shared |= _imported(self.root, path)
+        return shared
 
     def snapshot(self, cell: table.Cell) -> dict[str, str]:
         """What a record carries when its cell starts: every decisive file's blob id (all scope tests)."""

@@ -19,8 +19,9 @@ captures, each headed by the run's name, so no run reads a neighbour's text.
 Modes:
     --mode cell       a whole contract cell (``--parts``), one HF reference.  First the full set on disk: compat
                       confirm's real command line and its vllm-extract run start (tests/contract/confirm_runs.py),
-                      and bf16 and confirm's short runs fill the time until both have read their files.  Then the
-                      kit writes each tree the cell needs, and the runs go side by side on two cores: the spawned
+                      and bf16 and confirm's short runs fill the time until both have read their files (and p37's
+                      exit run, tests/contract/exit_run.py, a new interpreter started beside them, has generated).
+                      Then the kit writes each tree the cell needs, and the runs go side by side on two cores: the spawned
                       ones (the patches that cannot show here left out together, and the thread-binding proof:
                       spawning is part of their claim) in the background, the patched run with the runtime checks
                       and the forked proofs two at a time.  The patched engine also serves each patch whose edits
@@ -49,7 +50,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-from tests.contract import confirm_api, confirm_runs, generator_runs, observers, processes, variants  # noqa: E402
+from tests.contract import confirm_api, confirm_runs, exit_run, generator_runs, observers, processes, variants  # noqa: E402
+from tests.contract.amx_host import bf16_not_run  # noqa: E402
 from tests.contract.settings import Settings, resolve  # noqa: E402
 
 #: the calls of each generator run of a cell (prompts per call): the proofs' batches cross 11 and 32
@@ -287,8 +289,20 @@ def cell(settings: Settings, parts, together=(), only=None, sizes=None) -> dict:
     confirm_dir = runner.root / "confirm"
     full_set = variants.stamps()
     confirm_started = confirm_runs.start(settings, confirm_dir) if "confirm" in parts else None
+    # p37's exit run goes with the proofs (it is one); its engine keeps dtype 'auto', as a user's script does
+    not_run = bf16_not_run() if settings.on_cpu else ""  # a bfloat16 engine dies on this host (amx_host.py)
+    exit_started = None
+    if full and "proofs" in parts:
+        if not_run:
+            doc["exit"] = {"not_run": not_run}
+        else:
+            exit_started = exit_run.start(settings.model, runner.root / "exit")
+            if settings.one_engine_at_a_time:
+                exit_run.wait_until_read(exit_started)
     lap("confirm started")
-    if "bf16" in parts:
+    if "bf16" in parts and not_run:
+        doc["bf16"] = {"not_run": not_run}
+    elif "bf16" in parts:
         doc["bf16"] = {"run": runner.run(Run("bf16", calls="bf16", dtype="bfloat16"))}
         lap("bf16")
     if confirm_started is not None:
@@ -296,6 +310,11 @@ def cell(settings: Settings, parts, together=(), only=None, sizes=None) -> dict:
         lap("confirm's short runs")
         doc["timings"]["waited for confirm to read its files"] = confirm_runs.wait_until_read(confirm_dir,
                                                                                              confirm_started)
+        clock[0] = time.monotonic()
+    if exit_started is not None:  # p37's exit run read the full set too: it must have generated first
+        waited = time.monotonic()
+        exit_run.wait_until_read(exit_started)
+        doc["timings"]["waited for the exit run to generate"] = round(time.monotonic() - waited, 2)
         clock[0] = time.monotonic()
     doc["full_set"] = {"when_confirm_started": full_set, "when_it_had_read_them": variants.stamps()}
 
@@ -389,6 +408,9 @@ def cell(settings: Settings, parts, together=(), only=None, sizes=None) -> dict:
     if confirm_started is not None:
         doc["confirm"] = confirm_runs.finish(confirm_dir, confirm_started, confirm)
         lap("waited for confirm's command line and vllm-extract run")
+    if exit_started is not None:
+        doc["exit"] = exit_run.finish(exit_started)
+        lap("waited for the exit run")
     if binding:
         together_run = doc["proofs"]["runs"]["+".join(together)]
         doc["binding"] = {"left_out": doc["proofs"]["runs"][observers.BINDING_PATCH],

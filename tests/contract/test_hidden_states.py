@@ -120,6 +120,8 @@ def _undo_final_norm(f32_model, prompt, bf16_model, last):
 @pytest.mark.proof
 def test_bf16_engine_fails_at_every_layer(bf16_report, device_rtol):
     """The real engine in bfloat16, against HF float32: every layer of every call is out of tolerance."""
+    if "not_run" in bf16_report:  # this host cannot start a bfloat16 engine of this vLLM (amx_host.py)
+        pytest.skip(bf16_report["not_run"])
     run = bf16_report["run"]
     assert run["error"] is None, run["error"] and run["error"]["traceback"]
     assert run["dtype"] == "bfloat16"

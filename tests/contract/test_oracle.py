@@ -65,6 +65,8 @@ def test_patched_hidden_states_equal_hf_by_the_independent_comparator(patched_re
 
 @pytest.mark.proof
 def test_bf16_engine_is_wrong_by_the_independent_comparator(bf16_report, tiny_model, engine_device):
+    if "not_run" in bf16_report:  # this host cannot start a bfloat16 engine of this vLLM (amx_host.py)
+        pytest.skip(bf16_report["not_run"])
     verdicts = judge(bf16_report["run"]["captures"], tiny_model, engine_device)
     assert verdicts and all(v.whole for v in verdicts), verdicts
     for verdict in verdicts:

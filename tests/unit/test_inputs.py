@@ -107,6 +107,25 @@ def test_a_test_file_the_cell_ran_stales_it_and_a_new_one_in_its_scope_too(tree)
     assert changes[SERVE_032] == []  # not in the serve cells' scope
 
 
+def test_the_old_paths_harness_stales_old_cells_and_the_conftest_chain_every_cell(tree):
+    """A serve test loads tests/contract/conftest.py (markers, fixtures) but never the old path's harness beside
+    it (tests/contract/harness.py, run by the old cells' cell_report fixture in its own process)."""
+    records = _records(tree)
+    _touch(tree / "tests" / "contract" / "harness.py")
+    changes = _changes(tree, records)
+    assert changes[OLD_020] == changes[OLD_011] == ["tests/contract/harness.py (helper) changed"]
+    assert changes[SERVE_032] == []
+    records = _records(tree)
+    _touch(tree / "tests" / "contract" / "conftest.py")
+    assert all(c == ["tests/contract/conftest.py (helper) changed"] for c in _changes(tree, records).values())
+    # a module the conftest comes to import decides the serve cells too
+    (tree / "tests" / "contract" / "conftest.py").write_text(
+        (tree / "tests" / "contract" / "conftest.py").read_text() + "\nfrom tests.contract import processes\n")
+    records = _records(tree)
+    _touch(tree / "tests" / "contract" / "processes.py")
+    assert _changes(tree, records)[SERVE_032] == ["tests/contract/processes.py (helper) changed"]
+
+
 def test_a_record_without_inputs_is_judged_by_its_clean_commits_tree():
     """b4d4a2d's compat/host.py scanned bytes; this branch reads ELF (git log): every cell's harness changed."""
     judge = inputs.Inputs(ROOT)

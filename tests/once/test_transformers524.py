@@ -9,6 +9,10 @@ onto transformers 5.24.0, compat confirm against HF) is ci/proofs/leave_one_out.
 
 Runs in a lane whose packages meet transformers 5.24.0's own requirements (the pinned lane): the transformers wheels
 are pure Python and go first on PYTHONPATH; elsewhere it says which requirement is unmet.
+
+It lives in tests/once/, outside tests/contract: no engine, and no vLLM release in its claim (the wheels of
+speculators and transformers), so no matrix cell pays ~17 s for it (issue 32); .ci/run's old-lanes job runs
+``pytest tests/once`` in the pinned lane.
 """
 
 from __future__ import annotations
