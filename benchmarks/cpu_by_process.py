@@ -2,6 +2,7 @@
 
     python3 benchmarks/cpu_by_process.py -- python3 benchmarks/cell_time.py pinned:0.4.0.1 --runs 1
     python3 benchmarks/cpu_by_process.py --interval 0.1 --top 25 -- COMMAND ...
+    python3 benchmarks/cpu_by_process.py --stacks -- COMMAND ...   # also what each process did (py-spy)
 
 Why: on 2 cores a cell's wall time cannot go below its CPU seconds / 2 (issue 32's P2 goal, 12 x ``import vllm``,
 is a CPU budget), and cutting CPU means starting fewer interpreters and engines, so the question is which
@@ -12,6 +13,11 @@ last interval of each is lost: the exact total (this process is the tree's subre
 it, orphans included, so ``RUSAGE_CHILDREN`` holds them all) is printed beside the sampled sum, so the coverage
 of the table is known.  Prints, never asserts; exits with the
 command's code.
+
+``--stacks`` also records the command under py-spy (``py-spy record --subprocesses``, from ``$PATH`` or
+``$SPECDEC_COMPAT_PYSPY``, else installed once into the kit cache from PyPI) and splits each process's CPU by
+what its sampled stacks were doing: importing, loading the model, profiling memory and allocating the KV cache,
+spinning on vLLM's message queue, forward passes (``benchmarks/stack_activity.py`` says how and why).
 """
 
 from __future__ import annotations
@@ -21,10 +27,17 @@ import ctypes
 import os
 import resource
 import re
+import shutil
 import subprocess
 import sys
 import time
+from collections import Counter
 from dataclasses import dataclass
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchmarks import stack_activity  # noqa: E402
 
 TICK = os.sysconf("SC_CLK_TCK")
 PR_SET_CHILD_SUBREAPER = 36
@@ -114,10 +127,74 @@ def _children() -> list[int]:
     return [int(e) for e in os.listdir("/proc") if e.isdigit() and (s := _stat(int(e))) and s[0] == me]
 
 
+PYSPY = "py-spy==0.4.3"
+
+
+def py_spy() -> str:
+    """py-spy's executable: ``$SPECDEC_COMPAT_PYSPY``, on ``$PATH``, or installed once into the kit cache."""
+    found = os.environ.get("SPECDEC_COMPAT_PYSPY") or shutil.which("py-spy")
+    if found:
+        return found
+    from compat.layout import cache_root
+
+    target = cache_root() / "tools-py-spy"
+    binary = target / "bin" / "py-spy"
+    if not binary.exists():
+        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--target", str(target), PYSPY], check=True)
+    return str(binary)
+
+
+def print_activities(seen: dict, raw: Path, top: int = 20) -> None:
+    """CPU by activity, over all and per role: each process's exact CPU shared out by its sampled stacks."""
+    imports: dict = {}
+    with open(raw) as lines:
+        samples = stack_activity.samples_by_pid(lines, imports)
+    cpu_by_pid: Counter = Counter()
+    role_of = {}
+    for item in seen.values():
+        if item.name == "py-spy":
+            continue
+        cpu_by_pid[item.pid] += item.cpu  # a pid reused within the run: both processes share one split
+        role_of[item.pid] = item.role
+    overall, by_role, packages, unsampled = Counter(), {}, Counter(), 0.0
+    for pid, cpu in cpu_by_pid.items():
+        parts = stack_activity.split(cpu, samples.get(pid))
+        if not parts:
+            unsampled += cpu
+            continue
+        overall.update(parts)
+        by_role.setdefault(role_of[pid], Counter()).update(parts)
+        packages.update(stack_activity.split(cpu, samples.get(pid), imports.get(pid, Counter())))
+    total = sum(overall.values()) + unsampled
+    print(f"\n## CPU by activity (each process's CPU shared out by its py-spy samples; {unsampled:.1f} s in "
+          f"processes py-spy never sampled)")
+    print(f"{'activity':40} {'CPU s':>8} {'share':>6}")
+    for name, cpu in overall.most_common():
+        print(f"{name:40} {cpu:8.1f} {100 * cpu / total if total else 0:5.0f}%")
+    print(f"\n{'role':40} {'CPU s':>8}  by activity")
+    for role, parts in sorted(by_role.items(), key=lambda kv: -sum(kv[1].values())):
+        spread = ", ".join(f"{name} {cpu:.1f}" for name, cpu in parts.most_common() if cpu >= 0.05)
+        print(f"{role:40} {sum(parts.values()):8.1f}  {spread}")
+    print(f"\n{'import CPU s':>12} {'of CPU s':>8}  process (the interpreters that pay for imports)")
+    importers = []
+    for item in seen.values():
+        parts = stack_activity.split(cpu_by_pid[item.pid], samples.get(item.pid)) if item.name != "py-spy" else {}
+        if parts.get("import", 0) >= 0.5:
+            importers.append((parts["import"], item))
+    for cpu, item in sorted(importers, key=lambda x: -x[0])[:top]:
+        print(f"{cpu:12.1f} {item.cpu:8.1f}  [{item.role}] {item.name}: {item.cmdline[:120]}")
+    print(f"\n{'import: the module bodies it ran, by package':44} {'CPU s':>8}")
+    for name, cpu in packages.most_common(top):
+        print(f"{name:44} {cpu:8.1f}")
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--interval", type=float, default=0.2, help="seconds between samples (default 0.2)")
     parser.add_argument("--top", type=int, default=20, help="the costliest processes listed (default 20)")
+    parser.add_argument("--stacks", action="store_true",
+                        help="also split each process's CPU by what py-spy saw it doing (imports, engine start, spin)")
+    parser.add_argument("--stacks-rate", type=int, default=20, help="py-spy's samples per second (default 20)")
     parser.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND ...")
     args = parser.parse_args(argv)
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
@@ -126,6 +203,13 @@ def main(argv=None) -> int:
     # a subreaper: orphans of the tree (vLLM's workers outliving their parent) are reparented here, and reaped
     # here, so RUSAGE_CHILDREN counts every process of the tree
     ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    raw = None
+    if args.stacks:
+        import tempfile
+
+        raw = Path(tempfile.mkdtemp(prefix="cpu-stacks-")) / "stacks.raw"
+        command = [py_spy(), "record", "--subprocesses", "--format", "raw", "--rate", str(args.stacks_rate),
+                   "--output", str(raw), "--", *command]
     started = time.monotonic()
     proc = subprocess.Popen(command)
     seen: dict[tuple[int, int], Seen] = {}
@@ -162,6 +246,11 @@ def main(argv=None) -> int:
     print(f"\n{'CPU s':>7} {'from s':>7} {'to s':>7}  process")
     for item in sorted(seen.values(), key=lambda s: -s.cpu)[:args.top]:
         print(f"{item.cpu:7.1f} {item.first:7.1f} {item.last:7.1f}  [{item.role}] {item.name}: {item.cmdline[:150]}")
+    if raw is not None:
+        if raw.exists():
+            print_activities(seen, raw, args.top)
+        else:
+            print(f"\n## CPU by activity: py-spy wrote no {raw}")
     return code
 
 
