@@ -79,6 +79,10 @@ def test_stacks_splits_a_real_processs_cpu_between_its_import_and_its_own_loop(t
     script.write_text("import slow_module\n" + IMPORT_BURN.replace("import time; ", "import time\n"))
     proc = subprocess.run([sys.executable, str(TOOL), "--stacks", "--stacks-rate", "50", "--interval", "0.05", "--",
                            PY, str(script)], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    if "py-spy wrote no" in proc.stdout and re.search(r"Permission denied|ptrace|Operation not permitted", proc.stderr):
+        import pytest
+
+        pytest.skip(f"NOT RUN: py-spy cannot read another process on this host: {proc.stderr.strip()[-300:]}")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     table = proc.stdout.split("## CPU by activity", 1)[1]
     cpu = dict((name, float(s)) for name, s in re.findall(r"^(import|other)\s+([\d.]+)\s+\d+%$", table, re.M))
