@@ -13,8 +13,8 @@ its vllm-extract reference and its short runs), ``bf16`` (the run the tolerance 
 spawned proof), ``proofs`` (every leave-one-out proof, p37's exit run and, with it, ``binding``), ``reverted``
 (apply then --revert, run again).  ``pristine`` and ``patched`` are the cell's spine and always run.
 
-Only the harness is timed, not pytest around it (its collection and reading of the report cost ~10 s in every
-variant alike).  Prints, never asserts; exits 1 when a harness run failed.
+Only the harness is timed, not pytest around it (its collection and reading of the report cost the same in every
+variant).  Prints, never asserts; exits 1 when a harness run failed.
 """
 
 from __future__ import annotations
