@@ -250,6 +250,26 @@ class Inputs:
                 line.split("\t", 1)[1]: line.split()[2] for line in proc.stdout.splitlines() if "\t" in line}
         return self._trees[commit]
 
+    def suite_changes(self, record: evidence.Record) -> list[str] | None:
+        """The suite files (``compat/``, ``patches/``, ``tests/contract/``) that differ now from the clean commit a
+        GPU run recorded, the generated evidence left out; None when what ran is not known (no commit, uncommitted
+        changes, or git cannot read the commit): then the suite rule decides.
+
+        Why: a GPU run cannot be repeated here, and regenerating ``compat/proof_evidence.py`` from that very run's
+        record changes the suite hash without changing anything the run exercised."""
+        then = self.tree(record.commit) if record.commit and record.dirty is False else None
+        if then is None:
+            return None
+        tops = tuple(f"{top}/" for top in evidence.SUITE_PATHS)
+        now = {p.relative_to(self.root).as_posix() for p in evidence.suite_files(self.root)}
+        changed = []
+        for path in sorted(now | {p for p in then if p.startswith(tops)}):
+            if path in GENERATED or self.blob(path) == then.get(path):
+                continue
+            state = "is new" if path not in then else "was removed" if path not in now else "changed"
+            changed.append(f"{path} {state} since {record.commit[:10]}")
+        return changed
+
     def recorded(self, record: evidence.Record) -> dict[str, str] | None:
         """The blob ids the record ran with: its own, or its clean commit's tree; None when neither is known."""
         if record.details.get("inputs"):
@@ -296,8 +316,9 @@ def suite_rule(record: evidence.Record, suite: str) -> tuple[str, str]:
 class Freshness:
     """``judge(record) -> (state, why)``: CURRENT, STALE or LEGACY, per cell (module docstring).
 
-    A GPU run's record, and a cell record whose inputs are unknown (written from uncommitted changes before
-    records carried their inputs), keep the suite rule (:func:`suite_rule`).  ``per_cell=False``: the suite
+    A GPU run's record is judged by the suite files changed since its clean commit, the generated evidence left out
+    (:meth:`Inputs.suite_changes`); it, and a cell record whose inputs are unknown (written from uncommitted changes
+    before records carried their inputs), keep the suite rule (:func:`suite_rule`) where that commit is unknown.  ``per_cell=False``: the suite
     rule for every record (a page rendered for a given suite hash, as the tests do)."""
 
     def __init__(self, data: table.Table | None = None, suite: str | None = None, inputs: Inputs | None = None,
@@ -312,6 +333,8 @@ class Freshness:
         cell = self._cells.get(record.name)
         per_cell = self.per_cell and cell is not None and record.kind == "cell"
         changed = self.inputs.changes(cell, record) if per_cell else None
+        if changed is None and self.per_cell and record.kind == "gpu" and record.suite != self.suite:
+            changed = self.inputs.suite_changes(record)
         if changed is None:
             return suite_rule(record, self.suite)
         if not changed:

@@ -7,7 +7,9 @@ import pytest
 from ci import evidence
 from ci.gpu import record as gpu_record
 
-SETS = ("a", "b", "c", "e", "f", "g", "h", "pp2_async")
+SETS = ("a", "b", "c", "e", "f", "g", "h", "pp2_async", "kh26a", "kh26b")
+#: the record each set was written as (the sets before 2026-12-05 ran on H200s, issue 28's 0.26.0 sets on an H100)
+RECORD = {**{name: f"h200-set-{name}" for name in SETS}, "kh26a": "h100-set-kh26a", "kh26b": "h100-set-kh26b"}
 
 
 def _raw():
@@ -16,7 +18,7 @@ def _raw():
 
 @pytest.mark.parametrize("name", SETS)
 def test_each_committed_set_record_is_what_its_raw_runs_judge_to(name):
-    committed = gpu_record.load()[f"h200-set-{name}"]
+    committed = gpu_record.load()[RECORD[name]]
     assert committed.tests == gpu_record.set_record(name).tests, f"run python -m ci.gpu record --set {name}"
 
 
@@ -101,3 +103,13 @@ def test_the_record_command_writes_one_run_with_the_devices_stamp(tmp_path, monk
     assert record.pytest_args == ["-m", "contract and not proof"]
     assert record.device == {"kind": "cuda", "count": 1, "names": ["NVIDIA H200"]}
     assert main(["record", "--junit", str(junit)]) == 2  # a run needs its name
+
+
+def test_a_serve_report_is_a_serve_path_record(tmp_path):
+    """The proofs and the coverage page sort records by pipeline: a `compat confirm --path serve` run is not old-path
+    evidence (speculators 0.9.0 has no old generator)."""
+    report = tmp_path / "confirm.json"
+    report.write_text('{"verdict": "OK", "checks": {"files": {"ok": true}}, "timings": {"server_start_s": 1}}')
+    record = gpu_record.serve_record("x", report)
+    assert record.path == "serve" and record.status == "pass"
+    assert gpu_record.load()["h100-serve-moe-0.26.0"].path == "serve"

@@ -167,3 +167,33 @@ def test_a_surface_decides_its_release_by_presence_not_by_its_probe_values(tree)
     changed = _changes(tree, records)
     assert changed[OLD_020] and "compat/surfaces/vllm-0.20.0.json" in changed[OLD_020][0], changed
     assert changed[OLD_011] == [] and changed[SERVE_032] == []
+
+
+def _gpu_record(commit: str = "c" * 40) -> evidence.Record:
+    return evidence.Record(name="h100-set-x", kind="gpu", status="pass", commit=commit, dirty=False, suite="0" * 16,
+                           pytest_args=None, device={"kind": "cuda"}, versions={}, date="2026-12-05T00:00:00+00:00",
+                           tests=[], details={})
+
+
+def _judge_gpu(tree: Path, record: evidence.Record, then: dict) -> tuple[str, str]:
+    judge = inputs.Inputs(tree)
+    judge._trees[record.commit] = then  # the commit the GPU run recorded, as git would list it
+    return inputs.Freshness(DATA, suite="f" * 16, inputs=judge)(record)
+
+
+def test_a_gpu_record_is_staled_by_suite_files_changed_since_its_commit_not_by_the_generated_evidence(tree):
+    """The GPU run at commit C: regenerating compat/proof_evidence.py from its own record must not stale it (the
+    suite hash changes), a change to what it ran must; a run with uncommitted changes keeps the suite rule."""
+    record = _gpu_record()
+    then = {p.relative_to(tree).as_posix(): inputs.blob_id(p.read_bytes()) for p in evidence.suite_files(tree)}
+    assert _judge_gpu(tree, record, then) == (evidence.CURRENT, "")
+    _touch(tree / "compat" / "proof_evidence.py")
+    assert _judge_gpu(tree, record, then) == (evidence.CURRENT, "")
+    _touch(tree / "compat" / "confirm" / "tolerance.py")
+    assert _judge_gpu(tree, record, then) == (evidence.STALE, "compat/confirm/tolerance.py changed since cccccccccc")
+    (tree / "patches" / "serve" / "k99_new.py").write_text("ID = 'x'\n")
+    state, why = _judge_gpu(tree, record, then)
+    assert state == evidence.STALE and "patches/serve/k99_new.py is new since cccccccccc" in why
+    record.dirty = None  # what ran is unknown: the whole-suite rule
+    state, why = _judge_gpu(tree, record, then)
+    assert state == evidence.STALE and "not this checkout's" in why
