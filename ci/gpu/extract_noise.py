@@ -2,7 +2,9 @@
 
 confirm's same-engine bound assumes vllm-extract is a near-exact twin of the generator's engine. This runs the
 reference twice on the same prompts (all in one batch; then each prompt in a batch of its own) and prints the
-per-layer max|diff| / mean|h| between them, the statistic confirm judges by, plus nrms and min cosine.
+per-layer max|diff| / mean|h| between them, the statistic confirm judges by, plus nrms and min cosine (the
+definitions of compat.confirm.compare.LayerError, min cosine here in float32). No unit test: the unit venv has no
+torch, and a test that only skips there proves nothing; docs/gpu/moe/h100/noise_*.json are its outputs.
 usage: python3 -m ci.gpu.extract_noise MODEL LAYERS DTYPE OUT_JSON [N_PROMPTS] [N_ALONE] [BUDGET]
 BUDGET: max_num_batched_tokens of the second batched run (chunked prefill, as the generator runs it),
 or a JSON object of engine arguments for it (e.g. {"max_num_batched_tokens": 96, "enforce_eager": true}).
