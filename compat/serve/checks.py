@@ -29,20 +29,24 @@ def file_problems(data: dict, prompt: list[int], rows: int, hidden: int, dtype) 
 
 def row_errors(states, reference, ids: list[int]) -> dict[int, float]:
     """``{id: max|diff| / mean|ref|}`` per stored row (both ``[T, N, H]``, rows in ``ids`` order)."""
+    import math
+
     errors = {}
     for i, k in enumerate(ids):
         got, want = states[:, i, :].float(), reference[:, i, :].float()
         scale = float(want.abs().mean()) or 1.0
-        errors[k] = float((got - want).abs().max()) / scale
+        err = float((got - want).abs().max()) / scale
+        errors[k] = err if math.isfinite(err) else float("inf")  # a NaN row fails, never passes
     return errors
 
 
-def untied_row_errors(states, reference, ids: list[int], margins: dict | None, tie: float):
-    """``({id: worst max|diff| / mean|ref| over rows no routing tie explains}, {id: rows over ``tie`` excused})``.
+def untied_row_errors(states, reference, ids: list[int], margins: dict | None, tie: float, bound: float):
+    """``({id: worst max|diff| / mean|ref| over rows no routing tie explains}, {id: rows set aside})``.
 
     Modern-path id ``k`` is the residual entering decoder layer ``k``: the routers of layers ``< k`` decided it.  A
-    row is excused only where its token's MoE routing margin in HF (compat.confirm.routing) was ``<= tie`` at one
-    of them: bf16 may route that token to another expert than float32 (issue 28, docs/gpu/moe).
+    row over ``bound`` is set aside only where its token's MoE routing margin in HF (compat.confirm.routing) was
+    ``<= tie`` at one of them: bf16 may route that token to another expert than float32 (docs/gpu/moe).  Rows within
+    the bound are judged (and pass) whatever their margin, so the count is of rows the rule really excused.
     """
     from compat.confirm.routing import min_margin_upto
 
@@ -50,11 +54,12 @@ def untied_row_errors(states, reference, ids: list[int], margins: dict | None, t
     for i, k in enumerate(ids):
         got, want = states[:, i, :].float(), reference[:, i, :].float()
         scale = float(want.abs().mean()) or 1.0
-        rows = ((got - want).abs().amax(-1) / scale).tolist()
+        rows = [e if e == e and e != float("inf") else float("inf")
+                for e in ((got - want).abs().amax(-1) / scale).tolist()]  # NaN rows fail, never pass
         kept = []
         for token, err in enumerate(rows):
             margin = min_margin_upto(margins, k - 1, token) if margins else None
-            if margin is not None and margin <= tie:
+            if margin is not None and margin <= tie and err > bound:
                 excused[k] = excused.get(k, 0) + 1
             else:
                 kept.append(err)
@@ -62,17 +67,24 @@ def untied_row_errors(states, reference, ids: list[int], margins: dict | None, t
     return worst, excused
 
 
-def logprob_error(rebuilt, prompt_logprobs: list, prompt: list[int]) -> tuple[float, int]:
-    """Largest |rebuilt - served| over every logprob the server returned for positions 1..T-1; (error, count).
+def logprob_error(rebuilt, prompt_logprobs: list, prompt: list[int], after_last: dict | None = None):
+    """Largest |rebuilt - served| over every logprob the server returned; (error, count).
 
-    Position ``t``'s distribution comes from the row of token ``t - 1``; the server's entry ``t`` holds the
-    prompt token's logprob and its top-k, keyed by token id.
+    Position ``t``'s distribution comes from the row of token ``t - 1``: the server's ``prompt_logprobs[t]`` holds
+    the prompt token's logprob and its top-k, keyed by token id, for ``t`` in 1..T-1; ``after_last`` (``{token id:
+    logprob}``, the first generated token's top-k) is the distribution of the last row, ``T - 1``.  A non-finite
+    rebuilt value is an error of ``inf``, never skipped.
     """
+    import math
+
     worst, count = 0.0, 0
-    for t in range(1, len(prompt)):
-        entry = prompt_logprobs[t] or {}
+    targets = [(t - 1, prompt_logprobs[t] or {}) for t in range(1, len(prompt))]
+    if after_last:
+        targets.append((len(prompt) - 1, after_last))
+    for row, entry in targets:
         for token, item in entry.items():
             value = item["logprob"] if isinstance(item, dict) else item
-            worst = max(worst, abs(float(rebuilt[t - 1, int(token)]) - float(value)))
+            diff = abs(float(rebuilt[row, int(token)]) - float(value))
+            worst = max(worst, diff if math.isfinite(diff) else float("inf"))
             count += 1
     return worst, count

@@ -1,112 +1,44 @@
-"""Part (c) of ``--reference self``: decoder layers recomputed from the checkpoint's weights between captured ids.
+"""Part (c) of ``--reference self``: every decoder layer recomputed from the checkpoint's weights, in one pass.
 
-A captured id ``k`` is the residual entering decoder layer ``k`` (id ``L`` the final pre-norm state), so running
-layers ``k_i .. k_{i+1}-1`` over the whole captured sequence of id ``k_i`` (causal, positions 0..T-1) must give
-the captured id ``k_{i+1}``; and the embedding of the file's ``token_ids`` run through layers ``0 .. k_0-1`` must
-give the first id.  No model is built: transformers' own decoder-layer class is made on the meta device and
-each layer's tensors are read from the safetensors one layer at a time (then dropped), so a middle id of a 1T
-model is checked with a few layers in memory.
+A captured id ``k`` is the residual entering decoder layer ``k`` (id ``L`` the final pre-norm state).  The chain
+starts at the embedding of each file's ``token_ids`` and runs layer 0, 1, ... in order up to the last captured id.
+Each time it reaches a captured id it compares what it computed with the captured rows (every position), then
+continues from the *captured* rows: so every step ``k_i -> k_(i+1)`` is judged on its own (one engine's bf16
+rounding never piles up over 61 layers), and every layer between the embedding and the last id is run.  A step
+that is not run is never passed: the whole chain is always walked, and the layers come from
+:mod:`compat.serve.layers`, which raises ``NotRebuilt`` (reported as not looked at) where it cannot read them.
 
-Kimi-K2.5's INT4 routed experts (compressed-tensors ``pack-quantized``) are dequantized by compressed-tensors'
-own decompressor as each layer is read: the weights vLLM's INT4 kernel multiplies by.
+Each layer's weights are read once, streamed: loaded, run over every sampled file, dropped.  The cost is bytes
+(every layer up to the last id is read once: a model load's worth of reading, spread over one pass) and compute
+(tokens x layers).  Where the token budget binds, files are sampled, never steps: all positions of each sampled
+file, the longest file always included, the rest in a seeded order; the report says which were left out.
 
-What it catches that the logits and the twin cannot: a row of the right shape from the wrong layer (an id
-shifted by one), a row scaled or normed in every request alike (deterministic, so the twin agrees), rows of
-another request or stale rows (K13's never-saved final chunk) in the middle ids, which the final row's logits do
-not see.  What it cannot: a fault that makes id k_i and id k_{i+1} wrong in the same consistent way (e.g. both
-rows copied from the same wrong request) -- the embedding check anchors the first id to the tokens, the logits
-the last one, and the chain between.
+What the chain catches: a row of the right shape from the wrong layer, a row scaled or normed in every request
+alike, rows of another request, stale or zeroed rows at any id (zeros are judged against the recomputed rows'
+scale, so a zeroed pair cannot pass a step by mapping zeros to zeros: the step into it fails).  What it cannot
+see: a fault that makes the first captured id wrong exactly as the embedding would -- nothing, the embedding
+step anchors it to the tokens.
 
-Cost: ``plan`` picks the pairs.  Every layer read costs its bytes; the budget is a share of the checkpoint's
-bytes (``BUDGET_SHARE``, 0.1 = at most a tenth of a model load, P6), never less than ``FLOOR_BYTES`` (a tiny
-model is checked whole).  The embedding check comes first, then pairs one layer apart (an id and the next,
-which ``self_ids`` adds to the capture for each requested id), then longer pairs, cheapest first; a pair over
-the budget is reported as not recomputed, never as passed.
+MoE routers are discontinuities: where a token's top-k margin in a step's layers is within one rounding step of
+the engine's dtype (compat.confirm.tolerance.routing_tie), a float32 recompute may route it otherwise than the
+engine did, and that row, where it is over the bound, is excused -- counted, and capped: past ``EXCUSE_CEILING`` of an id's rows the step
+cannot vouch for that id, and the report says so (not looked at, never OK).
 """
 
 from __future__ import annotations
 
-import json
-import re
+import random
+import time
 from dataclasses import dataclass, field
-from pathlib import Path
 
-BUDGET_SHARE = 0.1
-FLOOR_BYTES = 64 << 20
-SKIP = ("vision", "mtp", "visual", "mm_projector", "multi_modal")
+from compat.confirm.tolerance import EXCUSE_CEILING
 
+from .layers import Layers, NotRebuilt, WeightIndex  # noqa: F401 (NotRebuilt re-exported for callers)
 
-class NotRebuilt(ValueError):
-    """The checkpoint's layers cannot be rebuilt here (quantized tensors, an unknown class): said, never guessed."""
-
-
-@dataclass
-class WeightIndex:
-    """Which safetensors file holds each tensor, and its size in bytes, from the files' headers only."""
-
-    model: str
-    files: dict = field(default_factory=dict)  # name -> file
-    sizes: dict = field(default_factory=dict)  # name -> bytes
-    read_bytes: int = 0  # what the checks read so far
-
-    @classmethod
-    def of(cls, model: str) -> "WeightIndex":
-        from safetensors import safe_open
-
-        index = cls(model)
-        for file in sorted(Path(model).glob("*.safetensors")):
-            with safe_open(str(file), "pt") as handle:
-                for name in handle.keys():
-                    index.files[name] = file
-                    piece = handle.get_slice(name)
-                    index.sizes[name] = _numel(piece.get_shape()) * _itemsize(piece.get_dtype())
-        return index
-
-    @property
-    def total_bytes(self) -> int:
-        return sum(self.sizes.values())
-
-    def layer_names(self, layer: int) -> dict[str, str]:
-        """``{name inside the layer: checkpoint name}`` of decoder layer ``layer`` (the text model's)."""
-        pattern = re.compile(rf"^(.*\.)?layers\.{layer}\.(.+)$")
-        out = {}
-        for name in self.files:
-            match = pattern.match(name)
-            if match and not any(s in (match.group(1) or "") for s in SKIP):
-                out[match.group(2)] = name
-        return out
-
-    def layer_bytes(self, layer: int) -> int:
-        return sum(self.sizes[n] for n in self.layer_names(layer).values())
-
-    def named(self, suffix: str) -> str:
-        hits = [n for n in self.files if (n == suffix or n.endswith("." + suffix)) and ".layers." not in n
-                and not any(s in n for s in SKIP)]
-        if len(hits) != 1:
-            raise NotRebuilt(f"expected one tensor named *{suffix}, found {sorted(hits) or 'none'}")
-        return hits[0]
-
-    def read(self, names) -> dict:
-        from safetensors import safe_open
-
-        out = {}
-        for name in names:
-            with safe_open(str(self.files[name]), "pt") as handle:
-                out[name] = handle.get_tensor(name)
-            self.read_bytes += self.sizes[name]
-        return out
-
-
-def _numel(shape) -> int:
-    n = 1
-    for d in shape:
-        n *= int(d)
-    return n
-
-
-def _itemsize(dtype: str) -> int:
-    return {"F64": 8, "F32": 4, "I32": 4, "U32": 4, "F16": 2, "BF16": 2, "I16": 2, "I8": 1, "U8": 1, "BOOL": 1,
-            "F8_E4M3": 1, "F8_E5M2": 1, "I64": 8}.get(dtype, 4)
+#: Tokens recomputed through every layer before files are sampled: the serve path's default prompts (11 + 33 with a
+#: long one, ~3.5k tokens) fit whole; a user's own large prompt set is sampled, all positions of each file.
+TOKEN_BUDGET = 8192
+SAMPLE_SEED = 0
 
 
 def self_ids(ids: list[int], depth: int) -> list[int]:
@@ -120,185 +52,171 @@ class Step:
     start: int  # the id recomputed from (-1: the embedding of the tokens)
     end: int  # the id compared with
     layers: tuple  # decoder layers run
-    bytes: int
+
+    @property
+    def name(self) -> str:
+        return f"{'embedding' if self.start < 0 else self.start}->{self.end}"
 
 
-def plan(index: WeightIndex, ids: list[int], budget_bytes: int | None = None) -> tuple[list[Step], list[Step]]:
-    """``(steps to run, steps over budget)``: the embedding step first, then pairs cheapest first."""
-    ids = sorted(ids)
-    if budget_bytes is None:
-        budget_bytes = max(int(BUDGET_SHARE * index.total_bytes), FLOOR_BYTES)
-    embed = index.sizes.get(_embedding_name(index), 0)
-    steps = [Step(-1, ids[0], tuple(range(ids[0])), embed + sum(index.layer_bytes(i) for i in range(ids[0])))]
-    pairs = [Step(a, b, tuple(range(a, b)), sum(index.layer_bytes(i) for i in range(a, b)))
-             for a, b in zip(ids, ids[1:])]
-    chosen, over, spent = [], [], 0
-    for step in steps + sorted(pairs, key=lambda s: (len(s.layers), s.start)):
-        if spent + step.bytes <= budget_bytes:
-            chosen.append(step)
-            spent += step.bytes
-        else:
-            over.append(step)
-    return chosen, over
+def steps(ids: list[int]) -> list[Step]:
+    """Every step of the chain: the embedding to the first id, then each id to the next."""
+    order = sorted(set(ids))
+    starts = [-1, *order[:-1]]
+    return [Step(a, b, tuple(range(max(a, 0), b))) for a, b in zip(starts, order)]
 
 
-def _embedding_name(index: WeightIndex) -> str:
-    try:
-        return index.named("embed_tokens.weight")
-    except NotRebuilt:
-        return ""
+def sample(lengths: list[int], token_budget: int | None) -> list[int]:
+    """Indices of the files recomputed: all while they fit ``token_budget``; else the longest first, then a seeded
+    shuffle of the rest, each taken while it still fits (ascending)."""
+    everything = list(range(len(lengths)))
+    if token_budget is None or sum(lengths) <= token_budget:
+        return everything
+    longest = max(everything, key=lambda i: lengths[i])
+    rest = [i for i in everything if i != longest]
+    random.Random(SAMPLE_SEED).shuffle(rest)
+    chosen, spent = [longest], lengths[longest]
+    for i in rest:
+        if spent + lengths[i] <= token_budget:
+            chosen.append(i)
+            spent += lengths[i]
+    return sorted(chosen)
 
 
-class Layers:
-    """transformers' decoder layers of a checkpoint, made on the meta device and filled one layer at a time."""
+@dataclass
+class Chain:
+    """What the chain measured: per step the worst row error over the files it ran, rows excused at a routing tie."""
 
-    def __init__(self, model: str, index: WeightIndex):
-        import torch
-        from transformers import AutoConfig, AutoModelForCausalLM
+    steps: list = field(default_factory=list)  # Step, in chain order
+    worst: dict = field(default_factory=dict)  # step name -> worst max|diff| / mean|recomputed| over judged rows
+    rows: dict = field(default_factory=dict)  # step name -> rows compared
+    excused: dict = field(default_factory=dict)  # step name -> rows over the bound at a routing tie (set aside)
+    files: list = field(default_factory=list)  # indices of the files recomputed
+    files_total: int = 0
+    tokens: int = 0
+    layers_run: int = 0
+    read_bytes: int = 0
+    total_bytes: int = 0
+    seconds: float = 0.0
+    device: str = "cpu"
 
-        self.index = index
-        try:
-            config = AutoConfig.from_pretrained(model)
-        except (ValueError, KeyError, OSError) as exc:
-            raise NotRebuilt(f"transformers cannot read the config: {exc}") from None
-        text = config.get_text_config() if hasattr(config, "get_text_config") else config
-        quantization = getattr(text, "quantization_config", None) or getattr(config, "quantization_config", None)
-        self.scheme = packed_int_scheme(quantization) if quantization else None
-        if quantization:
-            text = type(text).from_dict({k: v for k, v in text.to_dict().items() if k != "quantization_config"})
-        text._attn_implementation = "sdpa"
-        try:
-            with torch.device("meta"):
-                self.decoder = AutoModelForCausalLM.from_config(text).model
-        except (ValueError, KeyError) as exc:
-            raise NotRebuilt(f"no transformers class for model_type {text.model_type!r}: {exc}") from None
-        self.config = text
-        rotary = getattr(self.decoder, "rotary_emb", None)
-        self.rotary = type(rotary)(config=text) if rotary is not None else None
-
-    def embed(self, prompts) -> list:
-        """The embedding output of each prompt's token ids (the embedding read once)."""
-        import torch
-
-        name = self.index.named("embed_tokens.weight")
-        module = self.decoder.embed_tokens
-        module.load_state_dict({"weight": self.index.read([name])[name].float()}, assign=True)
-        with torch.no_grad():
-            out = [module(torch.as_tensor(list(tokens))[None])[0] for tokens in prompts]
-        module.to("meta")
-        return out
-
-    def run(self, sequences: list, layers) -> list:
-        """Each of ``sequences`` ([T, H], entering ``layers[0]``) through ``layers`` in turn (causal, positions
-        0..T-1); one layer's weights in memory at a time, read once for all sequences."""
-        import torch
-
-        states = [rows.float()[None] for rows in sequences]
-        for number in layers:
-            layer = self.decoder.layers[number]
-            names = self.index.layer_names(number)
-            tensors = self.index.read(names.values())
-            state = {inner: tensors[name] for inner, name in names.items()}
-            if self.scheme is not None:
-                state = dequantize(state, self.scheme)
-            state = fuse_experts({k: v.float() for k, v in state.items()}, dict(layer.state_dict(keep_vars=True)))
-            try:
-                layer.load_state_dict(state, strict=True, assign=True)
-            except RuntimeError as exc:
-                raise NotRebuilt(f"layer {number}'s tensors do not fit {type(layer).__name__}: "
-                                 f"{str(exc).splitlines()[0]}") from None
-            with torch.no_grad():
-                states = [self._layer(layer, h) for h in states]
-            layer.to("meta")
-        return [h[0] for h in states]
-
-    def _layer(self, layer, h):
-        import torch
-
-        length = h.shape[1]
-        positions = torch.arange(length)[None]
-        mask = torch.full((length, length), float("-inf")).triu(1)[None, None]
-        embeddings = self.rotary(h, positions) if self.rotary is not None else None
-        out = layer(h, attention_mask=mask, position_ids=positions, position_embeddings=embeddings)
-        return out[0] if isinstance(out, tuple) else out
+    def over_ceiling(self) -> dict:
+        """``{step name: share of its rows excused}`` where that share passes EXCUSE_CEILING."""
+        return {name: round(n / self.rows[name], 4) for name, n in self.excused.items()
+                if self.rows.get(name) and n / self.rows[name] > EXCUSE_CEILING}
 
 
-def packed_int_scheme(quantization):
-    """compressed-tensors' scheme of a ``pack-quantized`` checkpoint (Kimi-K2.5's INT4 routed experts, group 32);
-    NotRebuilt for any other quantization (not guessed)."""
-    config = quantization if isinstance(quantization, dict) else quantization.to_dict()
-    groups = config.get("config_groups") or {}
-    if config.get("format") != "pack-quantized" or len(groups) != 1:
-        raise NotRebuilt(f"quantization {config.get('quant_method')!r} format {config.get('format')!r} with "
-                         f"{len(groups)} groups: the recompute dequantizes compressed-tensors pack-quantized only")
-    from compressed_tensors.quantization import QuantizationArgs, QuantizationScheme
-
-    group = next(iter(groups.values()))
-    return QuantizationScheme(targets=group.get("targets", ["Linear"]), weights=QuantizationArgs(**group["weights"]))
-
-
-def dequantize(state: dict, scheme) -> dict:
-    """Each packed Linear (``<prefix>weight_packed``, ``weight_scale``, ``weight_shape``) as its ``<prefix>weight``,
-    by compressed-tensors' own decompressor (the one that packed it); other tensors pass through."""
-    from compressed_tensors.compressors.pack_quantized.base import PackedQuantizationCompressor
-
-    out = {k: v for k, v in state.items()}
-    for name in [n for n in state if n.endswith("weight_packed")]:
-        prefix = name[: -len("weight_packed")]
-        parts = {suffix: out.pop(prefix + suffix) for suffix in ("weight_packed", "weight_scale", "weight_shape",
-                                                                 "weight_zero_point") if prefix + suffix in out}
-        out[prefix + "weight"] = PackedQuantizationCompressor.decompress(parts, scheme)["weight"]
-    return out
-
-
-def fuse_experts(state: dict, module: dict) -> dict:
-    """Per-expert checkpoint tensors (``mlp.experts.<e>.gate_proj.weight`` ...) as the fused parameters transformers
-    5 layers hold (``mlp.experts.gate_up_proj`` [E, 2I, H], gate first; ``mlp.experts.down_proj`` [E, H, I]),
-    as its DeepSeek-V3 conversion mapping merges them; other names pass through."""
+def row_errors(got, want) -> "object":
+    """Per row (position) ``max|got - want| / mean|want|`` over ``[T, H]``; a non-finite row is ``inf``."""
     import torch
 
-    out = dict(state)
-    for name in module:
-        for fused, parts in (("gate_up_proj", ("gate_proj", "up_proj")), ("down_proj", ("down_proj",))):
-            if name in out or not name.endswith(f"experts.{fused}"):
-                continue
-            prefix = name[: -len(fused)]
-            count = int(module[name].shape[0])
-            keys = [[f"{prefix}{e}.{part}.weight" for part in parts] for e in range(count)]
-            if all(k in out for row in keys for k in row):
-                out[name] = torch.stack([torch.cat([out.pop(k) for k in row], 0) for row in keys])
-    return out
+    got, want = got.float(), want.float()
+    scale = float(want.abs().mean())
+    if not scale or not torch.isfinite(torch.tensor(scale)):
+        scale = 1.0
+    errors = (got - want).abs().amax(-1) / scale
+    bad = ~torch.isfinite(got).all(-1)
+    return errors.masked_fill(bad | ~torch.isfinite(errors), float("inf"))
 
 
 def relative(got, want) -> float:
-    """max|got - want| / mean|want|: the row tolerance's measure (compat.serve.checks)."""
-    scale = float(want.float().abs().mean()) or 1.0
-    return float((got.float() - want.float()).abs().max()) / scale
+    """max|got - want| / mean|want| over the whole ``[T, H]`` (non-finite: inf)."""
+    return float(row_errors(got, want).max()) if got.numel() else 0.0
 
 
-def check(model: str, files, ids: list[int], budget_bytes: int | None = None, index: WeightIndex | None = None):
-    """``{step name: worst relative error over files}``, the steps over budget, and the bytes read.
+class _Margins:
+    """Forward pre-hooks on one loaded layer's MoE routers: the smallest top-k margin each token met in a step."""
 
-    ``files``: ``[(token_ids, hidden_states [T, len(ids), H])]``, rows in ascending ``ids`` order."""
-    import torch
+    def __init__(self):
+        self.low: list = []  # per sampled file: [T] smallest margin since the last captured id (None: no router)
+        self._hooks: list = []
+        self._file = 0
 
+    def attach(self, layer) -> None:
+        from compat.confirm.routing import margins
+
+        def hook(module, args):
+            found = margins(module, args[0])
+            if found is None:
+                return
+            found = found.detach().float().cpu().reshape(-1)
+            current = self.low[self._file]
+            self.low[self._file] = found if current is None else current.minimum(found)
+
+        for module in layer.modules():
+            if getattr(module, "e_score_correction_bias", None) is not None and hasattr(module, "weight"):
+                self._hooks.append(module.register_forward_pre_hook(hook))
+
+    def detach(self) -> None:
+        for handle in self._hooks:
+            handle.remove()
+        self._hooks = []
+
+    def on_file(self, index: int) -> None:
+        self._file = index
+
+    def reset(self, files: int) -> None:
+        self.low = [None] * files
+
+
+def check(model: str, files, ids: list[int], *, bound: float, tie: float | None = None, token_budget: int | None = TOKEN_BUDGET,
+          trust_remote_code: bool = False, index: WeightIndex | None = None, device: str | None = None) -> Chain:
+    """Walk the whole chain over ``files`` (``[(token_ids, hidden_states [T, len(ids), H])]``, rows in ascending
+    ``ids`` order); raises NotRebuilt where the layers cannot be rebuilt.  ``tie``: the routing margin under which a
+    row over ``bound`` is set aside (None: none is)."""
+    started = time.monotonic()
     index = index or WeightIndex.of(model)
-    chosen, over = plan(index, ids, budget_bytes)
-    layers = Layers(model, index)
     order = sorted(ids)
-    worst: dict[str, float] = {}
-    for step in chosen:
-        if step.start < 0:
-            starts = layers.embed([tokens for tokens, _ in files])
-        else:
-            starts = [states[:, order.index(step.start), :] for _, states in files]
-        results = layers.run(starts, step.layers) if step.layers else starts
-        name = f"{'embedding' if step.start < 0 else step.start}->{step.end}"
-        worst[name] = max((relative(got, states[:, order.index(step.end), :])
-                           for got, (_, states) in zip(results, files)), default=0.0)
-    return worst, over, index
+    layers = Layers(model, index, trust_remote_code=trust_remote_code, device=device)
+    chosen = sample([len(tokens) for tokens, _ in files], token_budget)
+    picked = [files[i] for i in chosen]
+    chain = Chain(steps=steps(order), files=chosen, files_total=len(files),
+                  tokens=sum(len(tokens) for tokens, _ in picked), total_bytes=index.total_bytes,
+                  device=str(getattr(layers, "device", device or "cpu")))
+    by_end = {step.end: step for step in chain.steps}
+    margins = _Margins()
+    margins.reset(len(picked))
+    state = layers.embed([tokens for tokens, _ in picked])
+    for number in range(order[-1] + 1):
+        if number in by_end:
+            step = by_end[number]
+            captured = [states[:, order.index(number), :] for _, states in picked]
+            _judge(chain, step, state, captured, margins.low, tie, bound)
+            state = [rows.float() for rows in captured]
+            margins.reset(len(picked))
+        if number == order[-1]:
+            break
+        layer = layers.load(number)
+        margins.attach(layer)
+        try:
+            out = []
+            for position, rows in enumerate(state):
+                margins.on_file(position)
+                out.append(layers.forward(layer, rows))
+            state = out
+        finally:
+            margins.detach()
+            layers.unload(layer)
+        chain.layers_run += 1
+    chain.read_bytes = index.read_bytes
+    chain.seconds = round(time.monotonic() - started, 2)
+    return chain
 
 
-def checkpoint_config(model: str) -> dict:
-    config = json.loads((Path(model) / "config.json").read_text())
-    return config.get("text_config") or config
+def _judge(chain: Chain, step: Step, computed: list, captured: list, low: list, tie: float | None,
+           bound: float) -> None:
+    """The step's worst row error over every position of every sampled file; rows over ``bound`` at a routing tie
+    set aside and counted."""
+    worst, rows, excused = 0.0, 0, 0
+    for want, got, margin in zip(computed, captured, low):
+        errors = row_errors(got, want)
+        if tie is not None and margin is not None and len(margin) == len(errors):
+            tied = (margin <= tie) & (errors > bound)
+            excused += int(tied.sum())
+            errors = errors[~tied]
+        rows += len(got)
+        if len(errors):
+            worst = max(worst, float(errors.max()))
+    chain.worst[step.name] = worst
+    chain.rows[step.name] = rows
+    if excused:
+        chain.excused[step.name] = excused

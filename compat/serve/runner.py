@@ -17,9 +17,9 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from compat.confirm.tolerance import routing_tie
+from compat.confirm.tolerance import EXCUSE_CEILING, routing_tie
 
-from . import checks, client, recompute, reference, twin
+from . import checks, client, logit_bounds, recompute, reference, twin
 from . import files as files_module
 from .server import Server, ServerError, root_cause, tail
 from .spec import ServeSpec
@@ -32,9 +32,26 @@ PREFIX_HITS = "vllm:prefix_cache_hits_total"
 FORCED_OFF = "forcing chunked prefill and prefix caching to be disabled"
 
 
+#: What a verdict means, and its exit code (``compat confirm --path serve``; ``--check`` gives the same codes):
+#: OK: every part the reference claims ran on every id and position it claims, and every comparison was within its
+#: bound.  WRONG: a comparison failed.  ERROR: the run itself failed (no verdict on the files).  INCOMPLETE: nothing
+#: failed, but a part could not run or a share of what it claims was not looked at; the report names each.
+EXIT_CODES = {"OK": 0, "WRONG": 1, "ERROR": 1, "INCOMPLETE": 4}
+
+
+def status(check: dict) -> str:
+    """One check's outcome: ``wrong`` (a comparison failed), ``incomplete`` (nothing failed, something not looked
+    at: its ``not_looked_at`` says what) or ``ok``."""
+    if check.get("ok") is False and not check.get("not_looked_at"):
+        return "wrong"
+    if check.get("failed_comparisons"):
+        return "wrong"
+    return "incomplete" if check.get("not_looked_at") else "ok"
+
+
 @dataclass
 class ServeResult:
-    verdict: str  # OK | WRONG | ERROR
+    verdict: str  # OK | WRONG | ERROR | INCOMPLETE (EXIT_CODES)
     reason: str
     checks: dict = field(default_factory=dict)  # name -> {"ok": bool, ...}
     timings: dict = field(default_factory=dict)
@@ -154,10 +171,26 @@ def check_files(result: ServeResult, spec: ServeSpec, files, served: dict) -> Se
         _check_recompute(result, spec, files)
     if spec.hf_check:
         _check_hf(result, spec, files)
-    failed = [name for name, c in result.checks.items() if not c.get("ok", False)]
-    if failed and result.verdict == "OK":
+    return decide(result)
+
+
+def decide(result: ServeResult) -> ServeResult:
+    """The verdict from the checks: WRONG names the failed ones, INCOMPLETE what was not looked at and why."""
+    if result.verdict != "OK":
+        return result
+    failed = [name for name, c in result.checks.items() if status(c) == "wrong"]
+    missing = {name: c["not_looked_at"] for name, c in result.checks.items() if status(c) == "incomplete"}
+    if failed:
         result.verdict, result.reason = "WRONG", "failed: " + ", ".join(failed)
+    elif missing:
+        result.verdict = "INCOMPLETE"
+        result.reason = "not looked at: " + "; ".join(f"{name}: {why}" for name, why in missing.items())
     return result
+
+
+def _not_looked_at(why: str, **facts) -> dict:
+    """A check that could not run, or not on all it claims: never a pass."""
+    return {"ok": False, "not_looked_at": why, **facts}
 
 
 def _error(result: ServeResult, reason: str) -> ServeResult:
@@ -217,11 +250,13 @@ def _check_hf(result: ServeResult, spec: ServeSpec, files) -> None:
     tie = routing_tie(spec.dtype)
     worst: dict[int, float] = {}
     excused: dict[int, int] = {}
+    rows = 0
     for prompt, data in files:
         if tuple(data["hidden_states"].shape[:2]) != (len(prompt), len(spec.rows)):
             continue  # reported by the file check
+        rows += len(prompt)
         errors, ties = checks.untied_row_errors(data["hidden_states"], refs[tuple(prompt)], spec.rows,
-                                                margins.get(tuple(prompt)), tie)
+                                                margins.get(tuple(prompt)), tie, tol.rtol)
         for k, err in errors.items():
             worst[k] = max(worst.get(k, 0.0), err)
         for k, n in ties.items():
@@ -230,37 +265,66 @@ def _check_hf(result: ServeResult, spec: ServeSpec, files) -> None:
     bad = {k: v for k, v in worst.items() if v > tol.rtol}
     result.checks["hf_rows"] = {"ok": bool(worst) and not bad, "rule": tol.rule, "worst": result.rows,
                                 "over": {k: float(f"{v:.3g}") for k, v in bad.items()}}
-    if margins:  # rows at a routing tie are not judged: bf16 may route them otherwise than HF float32
-        result.checks["hf_rows"]["routing_tie"] = {"tie": tie, "rows_not_judged": excused}
+    if margins:  # rows over the bound at a routing tie are set aside: bf16 may route them otherwise than float32
+        result.checks["hf_rows"]["routing_tie"] = {"tie": tie, "rows_set_aside": excused, "rows_per_id": rows,
+                                                   "ceiling": EXCUSE_CEILING}
+        unjudged = excess(excused, rows)
+        if unjudged and not bad:
+            result.checks["hf_rows"]["not_looked_at"] = unjudged
+    if bad:
+        result.checks["hf_rows"]["failed_comparisons"] = sorted(bad)
     result.timings["hf_reference_s"] = round(time.monotonic() - started, 2)
+
+
+def excess(excused: dict, rows: int) -> str:
+    """What the routing-tie rule left unjudged past EXCUSE_CEILING, per id ('' where within it)."""
+    over = {k: n for k, n in excused.items() if rows and n / rows > EXCUSE_CEILING}
+    if not over:
+        return ""
+    return (f"rows set aside at a routing tie pass the ceiling of {EXCUSE_CEILING:.0%} of an id's rows: "
+            + ", ".join(f"id {k}: {n} of {rows}" for k, n in sorted(over.items())))
 
 
 def _check_logprobs(result: ServeResult, spec: ServeSpec, files, served: dict) -> None:
     final = spec.rows.index(spec.depth) if spec.depth in spec.rows else None
-    if final is None:
-        result.checks["logprobs"] = {"ok": True, "skipped": f"id {spec.depth} (final) not requested"}
+    if final is None:  # nothing of this part is claimed: the final id was not asked for
+        result.checks["logprobs"] = {"ok": True, "not_applicable": f"id {spec.depth} (final) not requested"}
+        return
+    measured = logit_bounds.bound_for(spec.dtype)
+    if measured is None:
+        result.checks["logprobs"] = _not_looked_at(f"no right {spec.dtype} run is on record, so this check has no "
+                                                   f"bound (compat.serve.logit_bounds)", compared=0)
         return
     try:
         reference.norm_offset(reference.text_config(spec.model))
-    except reference.NormUnknown as exc:  # never compared against a guessed norm: said, not failed
-        result.checks["logprobs"] = {"ok": True, "compared": 0, "skipped": str(exc)}
+    except reference.NormUnknown as exc:  # never compared against a guessed norm
+        result.checks["logprobs"] = _not_looked_at(f"the logits were not rebuilt: {exc}", compared=0)
         return
-    worst, count = 0.0, 0
+    worst, count, last, files_without_last = 0.0, 0, 0, 0
     for prompt, data in files:  # every file, every position: a fault in one file's tail is not averaged away
-        entries = served.get(tuple(prompt), {}).get("logprobs")
+        answer = served.get(tuple(prompt), {})
+        entries = answer.get("logprobs")
         if entries is None:
-            result.checks["logprobs"] = {"ok": False, "problem": "the server returned no prompt_logprobs"}
+            result.checks["logprobs"] = _not_looked_at("the server returned no prompt_logprobs", compared=0)
             return
         states = data["hidden_states"]
         if tuple(states.shape[:2]) != (len(prompt), len(spec.rows)):
             worst = float("inf")  # a truncated file: reported by the file check, never passed here
             continue
         rebuilt = reference.final_logprobs(spec.model, states[:, final, :])
-        err, n = checks.logprob_error(rebuilt, entries, list(prompt))
+        err, n = checks.logprob_error(rebuilt, entries, list(prompt), answer.get("next"))
         worst, count = max(worst, err), count + n
-    bound = LOGPROB_ATOL.get(spec.dtype, 0.5)
-    result.checks["logprobs"] = {"ok": count > 0 and worst <= bound, "max_abs_diff": float(f"{worst:.3g}"),
-                                 "compared": count, "files": len(files), "bound": bound}
+        if answer.get("next"):
+            last += 1
+        else:
+            files_without_last += 1
+    bound = measured.bound
+    check = {"ok": count > 0 and worst <= bound, "max_abs_diff": float(f"{worst:.3g}"), "compared": count,
+             "files": len(files), "last_position_files": last, "bound": bound, "bound_basis": measured.basis}
+    if files_without_last and check["ok"]:
+        check["not_looked_at"] = (f"the last position of {files_without_last} of {len(files)} files: the server "
+                                  f"returned no logprobs for their first generated token")
+    result.checks["logprobs"] = check
 
 
 def _check_twin(result: ServeResult, spec: ServeSpec, files, served: dict) -> None:
@@ -274,35 +338,52 @@ def _check_twin(result: ServeResult, spec: ServeSpec, files, served: dict) -> No
 
 
 def _check_recompute(result: ServeResult, spec: ServeSpec, files) -> None:
-    """Decoder layers recomputed from the checkpoint's weights between captured ids (compat.serve.recompute)."""
+    """Every decoder layer recomputed from the checkpoint's weights, embedding to the last id (compat.serve.recompute)."""
     started = time.monotonic()
     usable = [(p, d["hidden_states"]) for p, d in files
               if tuple(d["hidden_states"].shape[:2]) == (len(p), len(spec.rows))]
-    try:
-        worst, over, index = recompute.check(spec.model, usable, spec.rows)
-    except recompute.NotRebuilt as exc:  # said, and not counted as a pass of this part
-        result.checks["recompute"] = {"ok": True, "skipped": str(exc)}
-        return
     tol = row_tolerance(spec)
-    bad = {k: float(f"{v:.3g}") for k, v in worst.items() if v > tol.rtol}
-    result.checks["recompute"] = {
-        "ok": bool(worst) and not bad and len(usable) == len(files), "rule": tol.rule,
-        "worst": {k: float(f"{v:.3g}") for k, v in worst.items()}, "over": bad,
-        "not_recomputed": [f"{s.start}->{s.end} ({len(s.layers)} layers, {s.bytes} bytes: over the budget)"
-                           for s in over],
-        "weight_bytes_read": index.read_bytes, "checkpoint_bytes": index.total_bytes,
-        "share_read": round(index.read_bytes / max(index.total_bytes, 1), 4)}
+    if not usable:
+        result.checks["recompute"] = _not_looked_at("no file has the shape the ids ask for (see the file check)")
+        return
+    try:
+        chain = recompute.check(spec.model, usable, spec.rows, bound=tol.rtol, tie=routing_tie(spec.dtype),
+                                trust_remote_code=spec.trust_remote_code)
+    except recompute.NotRebuilt as exc:  # said, and never counted as a pass of this part
+        result.checks["recompute"] = _not_looked_at(f"the layers could not be rebuilt: {exc}")
+        return
+    bad = {k: float(f"{v:.3g}") for k, v in chain.worst.items() if v > tol.rtol}
+    check = {
+        "ok": not bad, "rule": tol.rule,
+        "worst": {k: float(f"{v:.3g}") for k, v in chain.worst.items()}, "over": bad,
+        "steps": [s.name for s in chain.steps], "layers_run": chain.layers_run,
+        "files": f"{len(chain.files)} of {chain.files_total}", "tokens": chain.tokens,
+        "weight_bytes_read": chain.read_bytes, "checkpoint_bytes": chain.total_bytes,
+        "share_read": round(chain.read_bytes / max(chain.total_bytes, 1), 4), "device": chain.device}
+    if chain.excused:
+        check["routing_tie"] = {"tie": routing_tie(spec.dtype), "rows_set_aside": chain.excused,
+                                "ceiling": EXCUSE_CEILING}
+    if bad:
+        check["failed_comparisons"] = sorted(bad)
+    missing = []
+    over = chain.over_ceiling()
+    if over:
+        missing.append("rows set aside at a routing tie pass the ceiling of "
+                       f"{EXCUSE_CEILING:.0%}: " + ", ".join(f"{k} ({v:.0%})" for k, v in over.items()))
+    if len(usable) != len(files):
+        missing.append(f"{len(files) - len(usable)} files of the wrong shape")
+    if missing:
+        check["not_looked_at"] = "; ".join(missing)
+    if len(chain.files) < chain.files_total:
+        check["sampled"] = (f"{len(chain.files)} of {chain.files_total} files within the token budget "
+                            f"({recompute.TOKEN_BUDGET}), every position of each, the longest included")
+    result.checks["recompute"] = check
     result.timings["recompute_s"] = round(time.monotonic() - started, 2)
 
 
-#: |rebuilt - served| logprob bound: float32 rounding only (the server's log_softmax vs ours).  A final row of
-#: another layer or another request moves logprobs by O(1); a post-norm row only where the norm's weights are not
-#: all ones (fixtures with spread norms); a scaled row never (RMSNorm is scale-invariant: the recompute sees it)
-LOGPROB_ATOL = {"float32": 1e-3, "bfloat16": 0.3, "float16": 0.15}
-
-
 def emit(result: ServeResult, doc: dict, args, clean: str, tail_lines=()) -> int:
-    """Write ``doc`` to --json-file, print it (--json) or the verdict and each check; 0 OK, 1 otherwise."""
+    """Write ``doc`` to --json-file, print it (--json) or the verdict, what was not looked at, and each check in
+    full; the exit code of the verdict (EXIT_CODES)."""
     import json
     import sys
 
@@ -314,9 +395,12 @@ def emit(result: ServeResult, doc: dict, args, clean: str, tail_lines=()) -> int
     else:
         print(f"{result.verdict}: {result.reason or clean}")
         for name, check in result.checks.items():
-            print(f"  {name:16} {'ok' if check.get('ok') else 'FAILED'}  "
-                  f"{json.dumps({k: v for k, v in check.items() if k != 'ok'}, default=str)[:160]}")
+            if status(check) == "incomplete":
+                print(f"  NOT LOOKED AT  {name}: {check['not_looked_at']}")
+        for name, check in result.checks.items():
+            word = {"ok": "ok", "wrong": "FAILED", "incomplete": "INCOMPLETE"}[status(check)]
+            facts = {k: v for k, v in check.items() if k not in ("ok", "not_looked_at")}
+            print(f"  {name:16} {word}  {json.dumps(facts, default=str)}")
         for line in tail_lines:
             print(line)
-    return 0 if result.verdict == "OK" else 1
-
+    return EXIT_CODES.get(result.verdict, 1)

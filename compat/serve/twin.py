@@ -1,7 +1,8 @@
 """Part (b) of ``--reference self``: every prompt served again alone, in the same server, as the file's twin.
 
 After the client's calls, each unique prompt is sent once more, one request at a time, with a per-request
-``cache_salt`` (so it misses the prefix cache the calls filled) and ``prompt_logprobs`` (part (a) reads those).
+``cache_salt`` (so it misses the prefix cache the calls filled), ``prompt_logprobs`` and the first generated token's
+``logprobs`` (part (a) reads those: positions 1..T-1, and the last row's distribution).
 Alone, its prefill chunks fall at multiples of the token budget from its first token, not where the batch put
 them; it shares no step with another request.  The connector writes its file like any other; it is read once
 its ``.lock`` is free (vLLM >= 0.22 writes asynchronously) and deleted.
@@ -57,6 +58,7 @@ def serve_alone(server, model: str, prompts, read_files: bool) -> dict[tuple, di
     for prompt in dict.fromkeys(tuple(p) for p in prompts):
         reply = server.post("/v1/completions", {"model": model, "prompt": list(prompt), "max_tokens": 1,
                                                 "temperature": 0.0, "prompt_logprobs": LOGPROB_TOP,
+                                                "logprobs": LOGPROB_TOP, "return_tokens_as_token_ids": True,
                                                 "cache_salt": f"compat-twin-{uuid.uuid4().hex}"})
         states = None
         path = (reply.get("kv_transfer_params") or {}).get("hidden_states_path")
@@ -70,7 +72,23 @@ def serve_alone(server, model: str, prompts, read_files: bool) -> dict[tuple, di
         elif read_files:
             raise OSError(f"the server's reply names no hidden_states_path (kv_transfer_params: "
                           f"{reply.get('kv_transfer_params')!r})")
-        out[prompt] = {"logprobs": reply["choices"][0].get("prompt_logprobs"), "states": states}
+        choice = reply["choices"][0]
+        out[prompt] = {"logprobs": choice.get("prompt_logprobs"), "next": first_generated(choice), "states": states}
+    return out
+
+
+def first_generated(choice: dict) -> dict | None:
+    """``{token id: logprob}`` of the first generated token's top-k: the distribution of the prompt's last row,
+    which ``prompt_logprobs`` never covers.  vLLM names tokens ``token_id:N`` when asked with
+    ``return_tokens_as_token_ids``; None where the reply has no such entry (the check then says so)."""
+    top = ((choice.get("logprobs") or {}).get("top_logprobs") or [None])[0]
+    if not top:
+        return None
+    out = {}
+    for token, value in top.items():
+        if not str(token).startswith("token_id:"):
+            return None  # a token given as text cannot be mapped back to its id without the tokenizer
+        out[int(str(token).split(":", 1)[1])] = float(value)
     return out
 
 
