@@ -56,9 +56,12 @@ def test_self_is_ok_without_hf(selfrun):
     assert "hf_rows" not in checks and "hf_reference_s" not in doc["timings"], checks
     assert checks["files"]["count"] == 44 and checks["logprobs"]["files"] == 44, checks
     assert checks["logprobs"]["ok"] and checks["logprobs"]["compared"] > 1000, checks["logprobs"]
+    # the last position of every file too: the first generated token's logprobs, read by token id
+    assert checks["logprobs"]["last_position_files"] == 44 and "not_looked_at" not in checks["logprobs"], checks
     assert checks["twin"]["ok"] and checks["twin"]["files"] == 44, checks["twin"]
     assert checks["recompute"]["ok"], checks["recompute"]
     assert sorted(checks["recompute"]["worst"]) == sorted(["embedding->1", "1->2", "2->3", "3->4"]), checks
+    assert checks["recompute"]["layers_run"] == 4 and checks["recompute"]["files"] == "44 of 44", checks
 
 
 def test_the_manifest_is_written_beside_every_calls_files(selfrun):
