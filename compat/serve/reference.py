@@ -16,8 +16,11 @@ import json
 from pathlib import Path
 
 
-def load_hf(model: str):
-    """(HF model, the decoder whose ``.norm`` is the final norm); Kimi-K2.5 is a wrapper around DeepSeek-V3."""
+def load_hf(model: str, trust_remote_code: bool = False):
+    """(HF model, the decoder whose ``.norm`` is the final norm); Kimi-K2.5 is a wrapper around DeepSeek-V3.
+
+    ``trust_remote_code``: let transformers run the checkpoint's own code (``auto_map``), as
+    ``vllm serve --trust-remote-code`` does; off, such a checkpoint fails to load rather than run unasked code."""
     import torch
 
     config = json.loads((Path(model) / "config.json").read_text())
@@ -28,7 +31,7 @@ def load_hf(model: str):
         return hf, hf.model.language_model
     from transformers import AutoModelForCausalLM
 
-    hf = AutoModelForCausalLM.from_pretrained(model, dtype=torch.float32).eval()
+    hf = AutoModelForCausalLM.from_pretrained(model, dtype=torch.float32, trust_remote_code=trust_remote_code).eval()
     return hf, hf.model
 
 

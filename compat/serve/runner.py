@@ -359,7 +359,8 @@ def _check_recompute(result: ServeResult, spec: ServeSpec, files) -> None:
         "steps": [s.name for s in chain.steps], "layers_run": chain.layers_run,
         "files": f"{len(chain.files)} of {chain.files_total}", "tokens": chain.tokens,
         "weight_bytes_read": chain.read_bytes, "checkpoint_bytes": chain.total_bytes,
-        "share_read": round(chain.read_bytes / max(chain.total_bytes, 1), 4), "device": chain.device}
+        "share_read": round(chain.read_bytes / max(chain.total_bytes, 1), 4), "device": chain.device,
+        "seconds": chain.seconds}
     if chain.excused:
         check["routing_tie"] = {"tie": routing_tie(spec.dtype), "rows_set_aside": chain.excused,
                                 "ceiling": EXCUSE_CEILING}
