@@ -35,7 +35,8 @@ def load_hf(model: str, trust_remote_code: bool = False):
     return hf, hf.model
 
 
-def hf_rows(model: str, prompts, ids: list[int], margins: dict | None = None) -> dict[tuple, "object"]:
+def hf_rows(model: str, prompts, ids: list[int], margins: dict | None = None,
+            trust_remote_code: bool = False) -> dict[tuple, "object"]:
     """``{prompt: float32 [T, len(ids), H]}`` in ``ids`` order (entering convention; id L pre-norm).
 
     ``margins``: a dict that gets, per prompt, each MoE router's per-token routing margin (compat.confirm.routing).
@@ -44,7 +45,7 @@ def hf_rows(model: str, prompts, ids: list[int], margins: dict | None = None) ->
 
     from compat.confirm.routing import MarginRecorder
 
-    hf, decoder = load_hf(model)
+    hf, decoder = load_hf(model, trust_remote_code)
     depth = decoder.config.num_hidden_layers
     seen = {}
     hook = decoder.norm.register_forward_pre_hook(lambda _m, args: seen.__setitem__("final", args[0].detach()))

@@ -245,7 +245,7 @@ def row_tolerance(spec: ServeSpec, reference_kind: str = "hf"):
 def _check_hf(result: ServeResult, spec: ServeSpec, files) -> None:
     started = time.monotonic()
     margins: dict = {}  # MoE checkpoints: each token's routing margin in HF (issue 28)
-    refs = reference.hf_rows(spec.model, [p for p, _ in files], spec.rows, margins)
+    refs = reference.hf_rows(spec.model, [p for p, _ in files], spec.rows, margins, spec.trust_remote_code)
     tol = row_tolerance(spec)
     tie = routing_tie(spec.dtype)
     worst: dict[int, float] = {}
