@@ -1,10 +1,13 @@
-"""Issue 29.9 on docs/serve-self-reference.md: every result it quotes comes from a record or benchmark output.
+"""docs/serve-self-reference.md: every result it quotes comes from a record or benchmark output.
 
 The page's result tables and paragraphs sit between markers and are rendered by ``python -m ci.self_reference_page``;
 the committed page must equal the render, so a hand edit fails.  Independently of the renderer, every figure of a
 generated line (a table row or a paragraph; outside code spans, where paths and ids are names) is looked up in the
-files that line names in code spans, and the rule "no row has self OK where HF says WRONG" is checked on the
-page's tables and on the records themselves.
+files that line names in code spans; the detection table's statuses and verdicts are derived again from each
+record's checks by the rule the verdicts are defined by (below, not the renderer's code); the rule "no row has self
+OK where HF says WRONG" is checked on the page's tables and on the records themselves; and the records and the
+Kimi-K2.5 benchmark output are checked to hold what the page says of them (every step of the chain ran, every layer
+is read).
 """
 
 from __future__ import annotations
@@ -94,9 +97,64 @@ def test_every_figure_is_in_the_files_its_line_names():
     assert not unheld(blocks)
 
 
+def outcome(check: dict) -> str:
+    """A check's cell by the verdicts' definition: FAIL where a comparison failed (``failed_comparisons``, or not ok
+    with nothing said not looked at), INCOMPLETE where a part did not look at all it claims and nothing failed."""
+    if check.get("failed_comparisons") or (check.get("ok") is False and not check.get("not_looked_at")):
+        return "FAIL"
+    return "INCOMPLETE" if check.get("not_looked_at") else "ok"
+
+
+def verdict_of(checks: dict, parts) -> str:
+    cells = {outcome(checks[p]) for p in parts if p in checks}
+    if not cells:
+        return "not run"
+    return "WRONG" if "FAIL" in cells else "INCOMPLETE" if "INCOMPLETE" in cells else "OK"
+
+
+def fault_records(root: Path = ROOT) -> dict[str, dict]:
+    return {p.relative_to(root / page.HOME).as_posix(): json.loads(p.read_text())
+            for p in (root / page.HOME).glob("*/*fault-*.json")}
+
+
+def fault_table_disagreements(block: str, root: Path = ROOT) -> list[str]:
+    """Where the detection table says other than the records: a check's cell, the verdicts, the depth, a record
+    missing; the shallow suite's ``failed`` list and the depth corpus's own ``verdict`` checked too."""
+    rows = {r["record"].strip("`"): r for r in table(block)}
+    found = fault_records(root)
+    bad = [f"no row for {name}" for name in found if name not in rows]
+    for name, row in rows.items():
+        doc = found.get(name)
+        if doc is None:
+            bad.append(f"{name}: no such record")
+            continue
+        checks = doc["checks"]
+        for part in ("logprobs", "twin", "recompute", "files"):
+            want = outcome(checks[part]) if part in checks else "not run"
+            if row[part] != want:
+                bad.append(f"{name} {part}: {row[part]} where the record says {want}")
+        # the file check is both references': it counts for one only where that reference's own parts ran
+        self_ran = any(p in checks for p in ("logprobs", "twin", "recompute"))
+        self_says = verdict_of(checks, ("files", "logprobs", "twin", "recompute")) if self_ran else "not run"
+        hf_says = verdict_of(checks, ("files", "hf_rows")) if "hf_rows" in checks else "not run"
+        if (row["self says"], row["HF says"]) != (self_says, hf_says):
+            bad.append(f"{name}: says {row['self says']}/{row['HF says']}, records {self_says}/{hf_says}")
+        if "failed" in doc and {p for p in checks if outcome(checks[p]) == "FAIL"} != set(doc["failed"]):
+            bad.append(f"{name}: its failed list {doc['failed']} is not its failed checks")
+        if "verdict" in doc and doc["verdict"] != self_says:
+            bad.append(f"{name}: the run's verdict {doc['verdict']} is not {self_says}")
+        depth = doc.get("depth") or checks["recompute"]["layers_run"]
+        if not row["depth"].startswith(f"{depth} ("):
+            bad.append(f"{name}: depth {row['depth']} where the record's is {depth}")
+    return bad
+
+
 @pytest.mark.parametrize("block, figure, edited", [("serve-runs", "8.88 (16 of 44)", "8.98 (16 of 44)"),
                                                    ("p6", "0.242 for `self`", "0.142 for `self`"),
-                                                   ("kimi-plan", "42.6 GB", "32.6 GB")])
+                                                   ("kimi-chain", "591.9 GB", "519.9 GB"),
+                                                   ("faults", "`59->61` (9.04)", "`59->61` (7.04)"),
+                                                   ("faults", "3->30 (29%)", "3->30 (19%)"),
+                                                   ("norm-spread", "0.00023", "0.0023")])
 def test_a_hand_edited_figure_fails_both_checks(tmp_path, block, figure, edited):
     """Mutation: one figure changed by hand, as an edit of the page would."""
     text = (ROOT / page.PAGE).read_text()
@@ -131,17 +189,96 @@ def test_every_record_of_a_run_is_on_the_page():
             assert f"`{path.relative_to(HOME).as_posix()}`" in text, path
 
 
-def test_the_fault_table_says_what_each_record_failed():
-    """Read from each record's ``failed`` list (the renderer reads the checks' ``ok``): both must agree."""
-    rows = {r["record"].strip("`"): r for r in table(committed()["faults"])}
-    assert len(rows) == len(list(HOME.glob("*/fault-*.json"))) >= 9
-    for name, row in rows.items():
-        failed = set(json.loads((HOME / name).read_text())["failed"])
-        for part in ("logprobs", "twin", "recompute", "files"):
-            assert row[part] == ("FAIL" if part in failed else "ok"), (name, part)
-        assert row["self says"] == ("WRONG" if failed & {"files", "logprobs", "twin", "recompute"} else "OK"), name
-        assert row["HF says"] == ("WRONG" if failed & {"files", "hf_rows"} else "OK"), name
-        assert row["self says"] == ("OK" if name.endswith("fault-none.json") else "WRONG"), name
+def test_the_fault_table_says_what_each_record_says():
+    """Each cell and verdict derived again from the record's checks; both suites present, the depth corpus at
+    Kimi-K2.5's depth with every fault of its corpus."""
+    block = committed()["faults"]
+    assert not fault_table_disagreements(block)
+    rows = table(block)
+    depths = {r["depth"].split(" ")[0] for r in rows}
+    assert depths == {"4", "61"}, depths
+    assert len([r for r in rows if r["depth"].startswith("4 ")]) >= 10
+    assert len([r for r in rows if r["depth"].startswith("61 ")]) >= 6
+
+
+def test_every_fault_is_caught_and_right_files_are_ok():
+    """No fault of either suite is OK; the right files are OK at both depths."""
+    for row in table(committed()["faults"]):
+        if row["fault"] == "none":
+            assert row["self says"] == "OK" and row["HF says"] in ("OK", "not run"), row
+        else:
+            assert row["self says"] in ("WRONG", "INCOMPLETE"), row
+
+
+@pytest.mark.parametrize("cell, edited", [("| WRONG | not run | `serve/depth-fault-final-id-x3.json` |",
+                                           "| OK | not run | `serve/depth-fault-final-id-x3.json` |"),
+                                          ("| FAIL | INCOMPLETE | FAIL |", "| FAIL | ok | FAIL |")])
+def test_a_hand_edited_status_fails_the_table_check(tmp_path, cell, edited):
+    """Mutation: a verdict or a status changed by hand (words, which the figure check cannot see)."""
+    text = (ROOT / page.PAGE).read_text()
+    block = committed()["faults"]
+    assert block.count(cell) == 1, cell
+    mutated = block.replace(cell, edited)
+    assert fault_table_disagreements(mutated)
+    (tmp_path / page.PAGE).parent.mkdir(parents=True)
+    (tmp_path / page.PAGE).write_text(text.replace(block, mutated))
+    for folder in (page.HOME, page.BENCH):
+        shutil.copytree(ROOT / folder, tmp_path / folder)
+    assert page.write(check=True, root=tmp_path) == 1
+
+
+def test_the_page_reads_statuses_as_confirm_does():
+    """The renderer takes a check's status from the runner; the definition above gives the same on every record."""
+    from compat.serve.runner import status
+
+    word = {"ok": "ok", "wrong": "FAIL", "incomplete": "INCOMPLETE"}
+    for path in HOME.glob("*/*.json"):
+        for name, check in (json.loads(path.read_text()).get("checks") or {}).items():
+            assert word[status(check)] == outcome(check), (path, name)
+
+
+def test_every_step_of_the_chain_ran_in_the_fault_records():
+    """The chain: the embedding to the first id, then each id to the next, every layer up to the last id run."""
+    for name, doc in fault_records().items():
+        recompute = doc["checks"]["recompute"]
+        ends = [int(step.split("->")[1]) for step in recompute["steps"]]
+        starts = ["embedding", *map(str, ends[:-1])]
+        assert recompute["steps"] == [f"{a}->{b}" for a, b in zip(starts, ends)], name
+        assert recompute["layers_run"] == ends[-1] == (doc.get("depth") or ends[-1]), name
+        assert "not_recomputed" not in recompute, name
+
+
+def test_records_before_the_chain_left_no_step_out():
+    """The page says the older runs' planner ran every step: their ``not_recomputed`` is empty in each."""
+    older = [p for p in HOME.glob("*/*.json")
+             if "not_recomputed" in (json.loads(p.read_text()).get("checks") or {}).get("recompute", {})]
+    assert older
+    for path in older:
+        assert json.loads(path.read_text())["checks"]["recompute"]["not_recomputed"] == [], path
+
+
+def test_the_kimi_benchmark_reads_every_layer_once():
+    """What the page says of Kimi-K2.5's chain, checked on the benchmark's output itself: its steps are contiguous
+    from the embedding to the last id, their layers are every layer of the model once, and the bytes add up."""
+    text = (ROOT / page.BENCH / "self_reference_kimi_plan.txt").read_text()
+    total, depth = re.search(r"text weights: ([\d.]+) GB; (\d+) layers", text).groups()
+    captured = [int(x) for x in re.search(r"captured by --reference self: \[(.*)\]", text).group(1).split(", ")]
+    steps = re.findall(r"^\s+step (\S+): (\d+) layers? \((\d+)(?:-(\d+))?\), ([\d.]+) GB", text, re.M)
+    assert [s[0] for s in steps] == [f"{a}->{b}" for a, b in zip(["embedding", *map(str, captured[:-1])], captured)]
+    layers = [i for _, _, first, last, _ in steps for i in range(int(first), int(last or first) + 1)]
+    assert layers == list(range(int(depth))) and captured[-1] == int(depth)
+    read = re.search(r"each of (\d+) layers once \(([\d.]+) GB\) and the embedding \(([\d.]+) GB\): ([\d.]+) GB",
+                     text).groups()
+    assert int(read[0]) == int(depth)
+    assert float(read[1]) == pytest.approx(sum(float(s[4]) for s in steps), abs=0.1)
+    assert float(read[3]) == pytest.approx(float(read[1]) + float(read[2]), abs=0.1)
+    assert float(read[3]) <= float(total)
+
+
+def test_the_p6_block_quotes_no_real_width_figure_before_its_record():
+    """The real-width GPU measurement is marked pending, and that line holds no figure."""
+    line = next(x for x in lines_of(committed()["p6"]) if "real width" in x)
+    assert "not measured yet" in line and not FIGURE.findall(CODE.sub("", line)), line
 
 
 def test_no_row_has_self_ok_where_hf_says_wrong():
@@ -154,8 +291,8 @@ def test_no_row_has_self_ok_where_hf_says_wrong():
 def test_no_record_has_self_ok_where_hf_says_wrong():
     """The same rule on the records, without the page: one run judged both ways, or a pair of runs on one device."""
     def verdict(checks: dict, parts) -> str | None:
-        ran = [p for p in parts if p in checks]
-        return None if not ran else "WRONG" if any(not checks[p]["ok"] for p in ran) else "OK"
+        said = verdict_of(checks, parts)
+        return None if said == "not run" else said
 
     pairs = 0
     for path in HOME.glob("*/*.json"):
