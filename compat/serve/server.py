@@ -9,6 +9,7 @@ server runs in its own session so that stopping it stops its engine core too.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -16,6 +17,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -111,6 +113,24 @@ def root_cause(log: str) -> str:
     return found
 
 
+@contextlib.contextmanager
+def deferred_interrupt():
+    """Hold a Ctrl-C (SIGINT) for the block's length and raise it after: the block runs whole.  A handler, not a
+    blocked signal mask, so a child started inside gets SIGINT's default back at exec.  Outside the main thread
+    (where no handler can be set) the block runs as is."""
+    held = []
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, lambda *_: held.append(True))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if held:
+        raise KeyboardInterrupt
+
+
 class Server:
     """``with Server(spec) as server:`` -- up and healthy inside, stopped (engine included) after."""
 
@@ -135,12 +155,13 @@ class Server:
         self.log.parent.mkdir(parents=True, exist_ok=True)
         self.storage.mkdir(parents=True, exist_ok=True)
         started = time.monotonic()
-        with self.log.open("w") as log:
-            self.proc = subprocess.Popen(command(self.spec, self.port, self.storage), stdout=log,
-                                         stderr=subprocess.STDOUT, env=self.spec.environment(), start_new_session=True)
         try:
+            with self.log.open("w") as log, deferred_interrupt():  # a Ctrl-C inside Popen would orphan the server
+                self.proc = subprocess.Popen(command(self.spec, self.port, self.storage), stdout=log,
+                                             stderr=subprocess.STDOUT, env=self.spec.environment(),
+                                             start_new_session=True)
             self._wait_healthy(started)
-        except BaseException:
+        except BaseException:  # Ctrl-C included: the server never outlives a start that did not finish
             self.stop()
             raise
         self.start_s = round(time.monotonic() - started, 2)
@@ -174,18 +195,30 @@ class Server:
         return self.proc is not None and self.proc.poll() is None
 
     def stop(self, grace_s: float = 20.0) -> None:
+        """SIGTERM to the server's process group, SIGKILL after ``grace_s``.  A Ctrl-C meanwhile is held until the
+        group is stopped (then raised): an interrupted stop would leave the engine running with no one to stop it."""
         if self.proc is None or self.proc.poll() is not None:
             return
-        for sig, wait in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 10.0)):
-            try:
-                os.killpg(self.proc.pid, sig)
-            except ProcessLookupError:
+        with deferred_interrupt():
+            for sig, wait in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 10.0)):
+                try:
+                    os.killpg(self.proc.pid, sig)
+                except ProcessLookupError:
+                    return
+                try:
+                    self.proc.wait(wait)
+                except subprocess.TimeoutExpired:
+                    continue
+                self._kill_leftovers()
                 return
-            try:
-                self.proc.wait(wait)
-                return
-            except subprocess.TimeoutExpired:
-                continue
+
+    def _kill_leftovers(self) -> None:
+        """SIGKILL to what is left of the group once its leader is gone (an engine core whose front end died first).
+        Sent right after the leader was reaped: its id cannot name another group that soon."""
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
 
     def get(self, path: str, timeout: float = 30.0) -> str:
         with urllib.request.urlopen(f"{self.base}{path}", timeout=timeout) as reply:

@@ -50,6 +50,7 @@ class ServeSpec:
     start_timeout_s: float = 600.0  # a cold torch.compile on 2 busy cores took 100 s
     client_timeout_s: float = 600.0
     env: dict = field(default_factory=dict)
+    asked_ids: list[int] | None = None  # the ids the user asked for, where the served ones differ (--reference self)
 
     def __post_init__(self):
         self.work_dir = Path(self.work_dir)

@@ -90,19 +90,19 @@ def test_plan_offline_gives_the_exact_command(tmp_path):
     assert f"run: pip download --no-deps --only-binary :all: -d {tmp_path / 'wheels'} speculators==0.9.0" in proc.stdout
 
 
-# -- 31.7: --check on a serve report says it gates the old path only --------------------------------------------------
+# -- 31.7: --check on a serve report that does not name what it confirmed says so -----------------------------------
 
-def test_check_on_a_serve_report_says_it_is_old_path_only(tmp_path, capsys):
+def test_check_on_a_serve_report_without_its_confirmed_block_cannot_tell(tmp_path, capsys):
+    """A serve report written before reports named their model: --check gates serve reports now
+    (tests/unit/test_serve_check_gate.py), and this one cannot say what it confirmed, so it certifies nothing."""
     report = tmp_path / "serve.json"
     report.write_text(json.dumps({"verdict": "OK", "reason": "", "checks": {"hf": {"ok": True}}, "timings": {},
                                   "log": "/tmp/x/vllm-serve.log"}))
     out = io.StringIO()
     code = check(str(report), now={}, out=out)
     said = out.getvalue() + capsys.readouterr().err
-    assert code == 2, said
-    assert "serve-path report" in said and "old path" in said and "compat confirm --path serve" in said
-    gate = _section("**The gate after a nightly bump.**")
-    assert "old path" in gate.split("**Confirm the real run", 1)[0]
+    assert code == 1, said
+    assert "cannot tell what was confirmed" in said and "compat confirm --path serve" in said
 
 
 # -- 31.1: the user-venv proof is out of the default run and in .ci/run ----------------------------------------------

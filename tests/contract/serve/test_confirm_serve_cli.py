@@ -27,10 +27,11 @@ K1 = "vllm.serve.cpu_connector"
 
 
 def confirm(model: str, name: str, *more: str) -> tuple[subprocess.CompletedProcess, dict]:
+    """The user's command; ``--keep-work-dir``: the tests read the server's log and the files after an OK run too."""
     folder = work_dir(name)
     report = folder / "confirm.json"
     proc = subprocess.run([sys.executable, "-m", "compat.confirm", "--path", "serve", "--model", model,
-                           "--json-file", str(report), *more],
+                           "--json-file", str(report), "--keep-work-dir", *more],
                           capture_output=True, text=True, timeout=1200)
     print(proc.stdout[-3000:], proc.stderr[-3000:])
     return proc, (json.loads(report.read_text()) if report.is_file() else {})
