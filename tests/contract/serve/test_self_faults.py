@@ -171,7 +171,7 @@ def test_all_ones_norms_hide_a_post_norm_final_row_and_spread_norms_show_it():
                                                        "max_abs_logprob_diff": moved})
     bound = logit_bounds.bound_for("float32").bound
     assert moved[0.0] < bound < moved[0.5], moved
-    assert logit_bounds.bound_for("bfloat16").bound < moved[0.5]  # the measured bf16 bound sees it too
+    # in bf16 the measured bound (from a real-width run) is above this fault: there the recompute's last step sees it
 
 
 def test_files_alone_are_checked_and_the_manifest_is_written(truth, tmp_path, capsys):
