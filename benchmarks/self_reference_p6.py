@@ -33,7 +33,7 @@ def kimi_bytes(last_id: int = 61) -> tuple[int, int]:
     """(bytes the chain reads to id ``last_id``: embedding + layers 0..last_id-1, the checkpoint's bytes)."""
     from self_reference_kimi_plan import kimi_index
 
-    index = kimi_index()
+    index, _ = kimi_index()
     chain = sum(index.layer_bytes(i) for i in range(last_id)) + index.sizes[index.named("embed_tokens.weight")]
     return chain, index.total_bytes
 
@@ -47,13 +47,15 @@ def report_lines(path: Path) -> list[str]:
         return [f"{path}: no recompute seconds, bytes or server start in the report (verdict {doc.get('verdict')}): "
                 f"nothing measured"]
     confirmed = doc.get("confirmed") or {}
+    stamps = sorted(path.parent.glob("stamp*.json"))  # the GPU lane's stamp of the commit that ran, beside the report
+    commit = confirmed.get("kit_commit") or (json.loads(stamps[0].read_text()).get("commit") if stamps else None)
     rate = read / seconds
     chain, total = kimi_bytes()
     recompute_kimi = chain / rate
     load_kimi = start * total / max(check.get("checkpoint_bytes") or read, 1)
     lines = [
         f"{path.name}: verdict {doc.get('verdict')}, device {check.get('device')}, commit "
-        f"{confirmed.get('kit_commit', 'not in the report')}, model {confirmed.get('model', doc.get('options', {}))}",
+        f"{commit or 'unknown'}, model {confirmed.get('model') or 'not in this report (written before reports named it)'}",
         f"  measured: server start (one model load) {start:.1f} s; recompute {seconds:.1f} s over "
         f"{check.get('layers_run')} layers, {check.get('tokens')} tokens, {read / 1e9:.2f} GB read "
         f"({rate / 1e9:.2f} GB/s)",
