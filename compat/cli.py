@@ -33,7 +33,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="Keep speculators' EAGLE-3 hidden-state generator running and correct on moving vLLM.",
         epilog="Run 'compat COMMAND --help' for a command's options.  Exit codes: 0 ok; 1 a patch problem, a needed "
         "patch not on disk or an unknown probe; 2 environment or usage problem; 3 this speculators has no generator "
-        "the kit knows; 141 the reader of stdout went away (| head).",
+        "the kit knows; 4 (compat confirm --path serve) INCOMPLETE: a part not looked at, named; 141 the reader of stdout "
+        "went away (| head).",
     )
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", title="commands")
     for name in COMMANDS:

@@ -1,7 +1,8 @@
 """``python -m compat.serve --model PATH``: the serve-path confirm from a shell, with ``compat confirm``'s options
 (``compat confirm --path serve``) plus ``--work-dir`` and ``--vocab``.
 
-Exit codes as compat confirm's: 0 OK, 1 WRONG or ERROR, 2 bad arguments.
+Exit codes as compat confirm --path serve's: 0 OK, 1 WRONG or ERROR, 2 bad arguments, 4 INCOMPLETE (a part not looked
+at, named), 130 interrupted.
 """
 
 from __future__ import annotations
