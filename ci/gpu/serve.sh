@@ -56,7 +56,7 @@ confirm)
   model=$T/cache/models/serve-tiny-llama
   [ -f "$model/config.json" ] || python3 -c "import sys; from fixtures.tiny_model import build_tiny_llama; build_tiny_llama(sys.argv[1])" "$model"
   timeout "${GPU_LANE_BUDGET_S:-300}" python3 -m compat.cli confirm --path serve --model "$model" --dtype "$dtype" \
-      --json-file "$OUT/confirm_serve_$dtype.json" > "$OUT/confirm_serve_$dtype.txt" 2>&1
+      --keep-work-dir --json-file "$OUT/confirm_serve_$dtype.json" > "$OUT/confirm_serve_$dtype.txt" 2>&1
   echo "compat confirm --path serve ($dtype): rc=$?" | tee -a "$OUT/confirm_serve_$dtype.txt"
   for log in "${TMPDIR:-/tmp}"/compat-serve-*/vllm-serve.log; do  # its server log (a temp work dir)
     [ -f "$log" ] && { echo "== $log (errors)"; grep -E "Error|Traceback|backend" "$log" | tail -20; } >> "$OUT/confirm_serve_$dtype.txt"
@@ -71,7 +71,7 @@ model)  # model NAME MODEL DTYPE LAYERS [EXCLUDE...]: compat apply (excludes), t
   echo "compat apply ${ex[*]}: rc=$?"; tail -15 "$OUT/apply_$name.txt"
   # GPU_SERVE_REFERENCE: confirm's --reference (hf by default; self: no HF model, issue 30)
   timeout "${GPU_LANE_BUDGET_S:-300}" python3 -m compat.cli confirm --path serve --model "$model" --dtype "$dtype" \
-      --layers "$layers" --reference "${GPU_SERVE_REFERENCE:-hf}" --json-file "$OUT/confirm_$name.json" > "$OUT/confirm_$name.txt" 2>&1
+      --layers "$layers" --reference "${GPU_SERVE_REFERENCE:-hf}" --keep-work-dir --json-file "$OUT/confirm_$name.json" > "$OUT/confirm_$name.txt" 2>&1
   echo "compat confirm --path serve ($name): rc=$?" | tee -a "$OUT/confirm_$name.txt"
   for log in "${TMPDIR:-/tmp}"/compat-serve-*/vllm-serve.log; do  # its server log (a temp work dir)
     [ -f "$log" ] && { echo "== $log"; grep -E "Error|Traceback|backend|Model Runner|model runner|MoE|Marlin|WNA16" "$log" | sort | uniq -c | sort -rn | head -25; } >> "$OUT/confirm_$name.txt"
