@@ -38,6 +38,7 @@ from .layers import Layers, NotRebuilt, WeightIndex  # noqa: F401 (NotRebuilt re
 #: Tokens recomputed through every layer before files are sampled: the serve path's default prompts (11 + 33 with a
 #: long one, ~3.5k tokens) fit whole; a user's own large prompt set is sampled, all positions of each file.
 TOKEN_BUDGET = 8192
+TOKEN_BUDGET_NOW = object()  # check()'s default: TOKEN_BUDGET read when it runs
 SAMPLE_SEED = 0
 
 
@@ -158,11 +159,14 @@ class _Margins:
         self.low = [None] * files
 
 
-def check(model: str, files, ids: list[int], *, bound: float, tie: float | None = None, token_budget: int | None = TOKEN_BUDGET,
+def check(model: str, files, ids: list[int], *, bound: float, tie: float | None = None, token_budget=TOKEN_BUDGET_NOW,
           trust_remote_code: bool = False, index: WeightIndex | None = None, device: str | None = None) -> Chain:
     """Walk the whole chain over ``files`` (``[(token_ids, hidden_states [T, len(ids), H])]``, rows in ascending
     ``ids`` order); raises NotRebuilt where the layers cannot be rebuilt.  ``tie``: the routing margin under which a
-    row over ``bound`` is set aside (None: none is)."""
+    row over ``bound`` is set aside (None: none is).  ``token_budget``: None for every file; by default the module's
+    TOKEN_BUDGET as it is at the call."""
+    if token_budget is TOKEN_BUDGET_NOW:
+        token_budget = TOKEN_BUDGET
     started = time.monotonic()
     index = index or WeightIndex.of(model)
     order = sorted(ids)

@@ -206,3 +206,20 @@ def test_inv_freq_tensors_in_the_checkpoint_are_read_as_vllm_reads_them(truth, t
     result = verdict(str(copy), prompts, files, served, tmp_path)
     assert result.verdict == "OK", (result.reason, result.checks.get("recompute"))
     assert verdict(str(copy), prompts, inject("ids 30 and 31 zeroed", files), served, tmp_path).verdict == "WRONG"
+
+
+def test_a_binding_token_budget_samples_files_never_steps(truth, tmp_path, monkeypatch):
+    """Under a token budget smaller than the files, every step and all 61 layers still run; the files recomputed are
+    a sample that holds the longest one, every position of each, and the report says so."""
+    from compat.serve import recompute
+
+    model, prompts, files, served = truth
+    monkeypatch.setattr(recompute, "TOKEN_BUDGET", max(LENGTHS) + 5)
+    result = verdict(model, prompts, files, served, tmp_path)
+    check = result.checks["recompute"]
+    assert result.verdict == "OK", (result.reason, check)
+    assert check["steps"] == ["embedding->2", "2->3", "3->30", "30->31", "31->58", "58->59", "59->61"]
+    assert check["layers_run"] == DEPTH and check["files"] == f"2 of {len(files)}", check  # 90, then the 3-token one
+    assert "longest included" in check["sampled"] and check["tokens"] == max(LENGTHS) + min(LENGTHS), check
+    wrong = verdict(model, prompts, inject("id 59 from another prompt", files), served, tmp_path)  # in the longest
+    assert wrong.verdict == "WRONG" and "58->59" in wrong.checks["recompute"]["failed_comparisons"], wrong.checks
