@@ -133,6 +133,7 @@ def _calls(out, watch, gen_module, spec, reference, layers, say) -> None:
                                     ("max_nrms", "nrms", max), ("min_cos", "min_cos", min)):
                 call[name] = pick((s[key] for s in found["layers"].values()), default=0.0 if pick is max else 1.0)
             call["problems"] = found["problems"][:20]
+            call["not_looked_at"] = found.get("not_looked_at", [])[:20]
             out["calls"].append(call)
             say(f"call {index}/{len(spec.calls)} {_bar(index, len(spec.calls))} {len(prompts)} sequences, "
                 f"{call['seconds']} s, {'ok' if not call['problems'] else 'WRONG'}")

@@ -181,7 +181,9 @@ class Report:
 
 
 def exit_code(doc: dict) -> int:
-    return OK if doc.get("verdict") == "OK" else PATCH_PROBLEM
+    """0 OK; 4 INCOMPLETE (nothing differed, something was not looked at: named); 1 otherwise."""
+    return OK if doc.get("verdict") == "OK" else INCOMPLETE if doc.get("verdict") == "INCOMPLETE" \
+        else PATCH_PROBLEM
 
 
 def render(doc: dict) -> list[str]:
@@ -207,7 +209,7 @@ def render(doc: dict) -> list[str]:
                      f"{call['max_abs_diff']:9.2e}  {call['max_rel_diff']:12.2e}  {len(call['problems'])}")
     reference = doc.get("reference", "hf")
     lines += _invariant_lines(doc)
-    verdict = "OK" if doc["ok"] else "WRONG"
+    verdict = doc.get("verdict") or ("OK" if doc["ok"] else "WRONG")
     if reference == "none":
         return lines + [f"confirm: {verdict}: no reference (--reference none); order, shapes, finite values, "
                         f"repeat and batch-of-33 invariants {'hold' if doc['ok'] else 'fail'} for layers "
@@ -225,6 +227,7 @@ def render(doc: dict) -> list[str]:
     lines += [f"  note (call {i + 1}): {note}" for i, call in enumerate(doc["calls"]) for note in call.get("notes", [])][:8]
     if len(notes) > 8:
         lines.append(f"  ... {len(notes) - 8} more notes in the JSON report")
+    lines += [f"  NOT LOOKED AT  {what}" for what in doc.get("not_looked_at") or []]
     what = "vLLM extract_hidden_states aux id k+1" if reference == "vllm-extract" else "HF output_hidden_states[k+1]"
     lines.append(f"confirm: {verdict}: layers {doc['layers']} {'equal' if doc['ok'] else 'differ from'} {what} "
                  f"({doc['tolerance']}, {doc.get('dtype', 'float32') if reference != 'hf' else 'float32'})")
@@ -367,9 +370,11 @@ def check(path: str, now: dict | None = None, out=None, accept_weaker: bool = Fa
     for line in weaker:
         print(f"  weaker: {line}", file=out)
     if doc["verdict"] != "OK":
-        print(f"confirm --check: {path} has verdict {doc['verdict']}: it confirmed nothing -> exit {PATCH_PROBLEM}",
-              file=out)
-        return PATCH_PROBLEM
+        code = exit_code(doc)
+        print(f"confirm --check: {path} has verdict {doc['verdict']}: it confirmed nothing -> exit {code}", file=out)
+        for what in doc.get("not_looked_at") or []:
+            print(f"  not looked at: {what}", file=out)
+        return code
     if diffs:
         print(f"confirm --check: the installed surface differs from the one {path} confirmed "
               f"({len(diffs)} difference(s)); run compat confirm again -> exit {PATCH_PROBLEM}", file=out)

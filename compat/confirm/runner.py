@@ -3,7 +3,7 @@
 A ``RunSpec`` says what to run (checkpoint, calls, layers, reference, dtype, bound, engine arguments) and what
 to hook in (observe the live engine, learn when the files were read or the reference was built, print and write
 the report).  ``run`` imports the installed generator, builds the reference, drives the generator through every
-call and returns the report document, whose ``verdict`` is OK, WRONG or ERROR and whose ``exit_code`` is the
+call and returns the report document, whose ``verdict`` is OK, WRONG, INCOMPLETE or ERROR and whose ``exit_code`` is the
 command line's.  It never raises for a failed run (the document carries the error); it raises ``SpecError`` only
 for a spec this generator cannot run, before any engine starts.
 """
@@ -171,7 +171,11 @@ def _finish(doc: dict, spec: RunSpec, layers, extra: dict) -> dict:
         timings.setdefault("engine_start_s", doc.get("engine_start_s"))
         timings.setdefault("generator_s", doc.get("seconds"))
         timings["calls_s"] = [c.get("seconds") for c in doc.get("calls", [])]
-    doc["verdict"] = "ERROR" if doc.get("error") else "OK" if doc["ok"] else "WRONG"
+    missing = [f"call {i}: {what}" for i, call in enumerate(doc.get("calls") or [], 1)
+               for what in call.get("not_looked_at") or []]
+    if missing:
+        doc["not_looked_at"] = missing
+    doc["verdict"] = "ERROR" if doc.get("error") else "WRONG" if not doc["ok"] else "INCOMPLETE" if missing else "OK"
     return doc
 
 

@@ -9,6 +9,7 @@ calibration is the H200 record itself (docs/gpu/records_moe.json), judged again 
 from __future__ import annotations
 
 import pytest
+from types import SimpleNamespace
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers.models.deepseek_v3.modeling_deepseek_v3",
@@ -110,13 +111,16 @@ def test_a_row_off_at_a_routing_tie_is_a_note_not_a_problem():
     assert found["layers"][2]["rows_over"] == 1 and found["layers"][2]["rows_over_untied"] == 0
 
 def test_tied_rows_past_the_ceiling_are_not_set_aside():
-    """4 of 40 rows (10 %) off at a tie: more than EXCUSE_CEILING (5 %) of the layer; the layer is not vouched for."""
+    """4 of 40 rows (10 %) off at a tie: more than EXCUSE_CEILING (5 %) of the layer; the layer is not vouched for
+    (not looked at: INCOMPLETE, never OK, and not WRONG either: no row differed where the routing was decisive)."""
     from compat.confirm.tolerance import EXCUSE_CEILING
 
     found = _call(margin=1e-4, off_rows=4)
-    assert 4 / 40 > EXCUSE_CEILING and found["notes"] == [] and len(found["problems"]) == 1, found
-    assert "ceiling" in found["problems"][0] and "4 of 40 rows" in found["problems"][0]
-    assert _call(margin=1e-4, off_rows=2)["problems"] == []  # 5 %: within the ceiling
+    assert 4 / 40 > EXCUSE_CEILING and found["notes"] == [] and found["problems"] == [], found
+    assert len(found["not_looked_at"]) == 1 and "ceiling" in found["not_looked_at"][0], found
+    assert "4 of 40 rows" in found["not_looked_at"][0]
+    within = _call(margin=1e-4, off_rows=2)  # 5 %: within the ceiling, a note
+    assert within["problems"] == [] and within["not_looked_at"] == [] and within["notes"]
 
 
 def test_a_row_off_where_the_routing_was_decisive_is_wrong():
@@ -166,7 +170,7 @@ def test_a_router_that_keeps_only_its_config_is_read_from_it():
     router = _router()
     hidden = torch.randn(16, 32)
     want = routing.margins(router, hidden)
-    from types import SimpleNamespace
+
 
     bare = _router()
     bare.config = SimpleNamespace(num_experts_per_tok=2, n_group=1, topk_group=1)  # as transformers 5.8 keeps it
@@ -176,3 +180,18 @@ def test_a_router_that_keeps_only_its_config_is_read_from_it():
     assert torch.equal(routing.margins(bare, hidden), want)
     bare.config = None
     assert routing.margins(bare, hidden) is None
+
+
+def test_the_old_path_verdict_is_incomplete_when_a_layer_was_not_vouched_for():
+    """compare's not_looked_at reaches the report: nothing differed, a layer was not looked at enough -> INCOMPLETE,
+    exit 4, named on the first screen; a problem elsewhere still makes it WRONG."""
+    from compat.confirm import report, runner
+
+    found = _call(margin=1e-4, off_rows=4)
+    spec = SimpleNamespace(rtol=0.2, tie=False)
+    call = {"n": 1, "problems": found["problems"], "not_looked_at": found["not_looked_at"], "layers": found["layers"]}
+    doc = runner._finish({"ok": True, "error": None, "calls": [call], "precision": {"rtol": 0.2}}, spec, [2], {})
+    assert doc["verdict"] == "INCOMPLETE" and report.exit_code(doc) == 4, doc
+    assert "ceiling" in doc["not_looked_at"][0]
+    doc = runner._finish({"ok": False, "error": None, "calls": [call], "precision": {"rtol": 0.2}}, spec, [2], {})
+    assert doc["verdict"] == "WRONG" and report.exit_code(doc) == 1
