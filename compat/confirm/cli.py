@@ -2,8 +2,8 @@
 
 Exit codes: 0 every layer equals the reference and every invariant holds (OK); 1 a layer differs or an invariant
 fails (WRONG), or the run failed (ERROR: an exception, an RPC that raised, a worker that died); 2 bad arguments, an
-unreadable checkpoint or an unwritable --json-file.  The serve path adds 4 (INCOMPLETE: a part could not run or a
-step was not taken) and 130 (Ctrl-C: the server stopped, the work folder removed).
+unreadable checkpoint or an unwritable --json-file; 4 INCOMPLETE (nothing differed, but a part could not run or
+was not looked at enough: named).  The serve path adds 130 (Ctrl-C: the server stopped, the work folder removed).
 """
 
 from __future__ import annotations
@@ -25,8 +25,9 @@ DTYPES = ("float32", "bfloat16", "float16")
 EXIT_CODES = ("Exit codes: 0 every layer equals the reference and every invariant holds (OK); 1 a layer differs "
               "or an invariant fails (WRONG) or the run failed (ERROR: an exception, an RPC that raised, a worker "
               "that died: confirm ends within seconds of the death); 2 bad arguments or prompts file, an unreadable "
-              "checkpoint or an unwritable --json-file, nothing run. --path serve also: 4 INCOMPLETE (a part could "
-              "not run or a step was not taken: named on the first screen), 130 interrupted (Ctrl-C: the server "
+              "checkpoint or an unwritable --json-file, nothing run; 4 INCOMPLETE (nothing differed, but a part "
+              "could not run or a layer was not looked at enough: named on the first screen). --path serve also: "
+              "130 interrupted (Ctrl-C: the server "
               "stopped, the work folder removed). --check REPORT: 0 same surface and a full-strength OK report (a "
               "serve report: verdict OK, every check ok), 1 differs, not OK or weaker (a serve report: WRONG, ERROR, "
               "or no 'confirmed' block saying what it confirmed), 4 a serve report's INCOMPLETE, 2 unreadable "
