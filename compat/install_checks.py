@@ -16,7 +16,11 @@ silent build steps, and that no file patch can see:
   0.32.0 pins 2.13.0+cpu) and for CUDA: their operators do not load ("operator torchvision::nms does not exist") and
   every transformers import, so ``vllm serve`` too, fails.  Named, with the command that removes them.
 
-Read from installed metadata only (RECORD, METADATA, the CLI's source as text); nothing is imported.
+Read from installed metadata only (RECORD, METADATA, the CLI's source as text); nothing is imported.  Each
+distribution is found by its name (the dist-info folder's normalized name, :func:`compat.dists.named`): only the
+METADATA of ``torch``, its companions and ``vllm`` is read, never every installed distribution's (issue 45.4: parsing
+them all was most of ``compat apply --dry-run``'s time).  A METADATA that cannot be read is unknown, said as such,
+never taken for an absent distribution.
 """
 
 from __future__ import annotations
@@ -62,9 +66,11 @@ class Alias:
 
 
 def _named(name: str, site=None) -> list[md.Distribution]:
-    found = md.distributions() if site is None else md.distributions(path=[str(site)])
-    return [d for d in found
-            if canonicalize_name(d.metadata["Name"] or "") == canonicalize_name(name)]
+    """The installed distributions named ``name`` (looked up by name: no other distribution is read); raises
+    :class:`compat.dists.UnreadableMetadata` for one whose METADATA cannot be read."""
+    want = canonicalize_name(name)
+    return [d for d in dists.named(name, site)
+            if canonicalize_name(dists.metadata_name(d, f"whether it is the distribution {name}")) == want]
 
 
 def _kit_written(dist: md.Distribution) -> bool:
@@ -114,9 +120,10 @@ def write_alias(found: Alias) -> str:
 
 
 def remove_alias(site=None) -> list[str]:
-    """Remove every ``vllm`` dist-info the kit wrote (never one pip installed)."""
+    """Remove every ``vllm`` dist-info the kit wrote (never one pip installed): told by its INSTALLER, so one of
+    the kit's whose METADATA was damaged is still removed, and revert never stops on another's METADATA."""
     removed = []
-    for dist in _named("vllm", site):
+    for dist in dists.named("vllm", site):
         if _kit_written(dist):
             folder = Path(str(dist._path))  # a PathDistribution's dist-info folder
             shutil.rmtree(folder)
@@ -131,19 +138,35 @@ def _release_line(version: str) -> str | None:
         return None
 
 
-def torch_extras(site=None) -> list[str]:
-    """Each torch companion installed that cannot load against the installed torch, and why."""
-    torch = _named("torch", site)
+def _extras(site=None) -> tuple[list[str], list[str], str | None]:
+    """(each torch companion that cannot load against the installed torch, and why; each whose fit is unknown
+    because a METADATA cannot be read; the installed torch's version).  Reads the METADATA (and a companion's
+    RECORD) of torch and its companions only."""
+    present = {extra: dists.named(extra, site) for extra in TORCH_EXTRAS}
+    if not any(present.values()):
+        return [], [], None
+    try:
+        torch = _named("torch", site)
+    except dists.UnreadableMetadata as exc:
+        names = ", ".join(e for e, found in present.items() if found)
+        return [], [f"torch: {exc.folder}'s METADATA cannot be read ({exc.why}), so whether {names} can load "
+                    f"against it is unknown"], None
     if not torch:
-        return []
+        return [], [], None
     torch_version = torch[0].version
     try:
         cpu_torch = "cpu" in (Version(torch_version).local or "").split(".")
     except InvalidVersion:
         cpu_torch = False
-    found = []
+    found, unknown = [], []
     for extra in TORCH_EXTRAS:
-        for dist in _named(extra, site):
+        try:
+            installed = _named(extra, site) if present[extra] else []
+        except dists.UnreadableMetadata as exc:
+            unknown.append(f"{extra}: {exc.folder}'s METADATA cannot be read ({exc.why}), so whether it loads "
+                           f"against torch {torch_version} is unknown")
+            continue
+        for dist in installed:
             why = []
             for line in dist.requires or []:
                 try:
@@ -160,19 +183,31 @@ def torch_extras(site=None) -> list[str]:
                 why.append(f"is built for torch {paired}")  # torchaudio X.Y is built against torch X.Y
             if why:
                 found.append(f"{extra} {dist.version} {' and '.join(why)}, installed torch is {torch_version}")
-    return found
+    return found, unknown, torch_version
+
+
+def torch_extras(site=None) -> list[str]:
+    """Each torch companion installed that cannot load against the installed torch, and why; then each whose fit
+    is unknown (its METADATA, or torch's, cannot be read), said so: never left out as if absent."""
+    found, unknown, _ = _extras(site)
+    return found + unknown
 
 
 def extras_problem(site=None) -> str | None:
     """The torch-companion finding with its fixing command, or None."""
-    found = torch_extras(site)
-    if not found:
-        return None
-    names = " ".join(line.split()[0] for line in found)
-    return (f"{'; '.join(found)}: their operators do not load, so every transformers import and `vllm serve` fail "
-            f"('{SYMPTOM_EXTRAS}'); the kit does not remove your packages: run `python -m pip uninstall -y {names}` "
-            f"(neither vLLM's CPU path nor speculators needs them), or install the builds made for torch "
-            f"{_named('torch', site)[0].version}")
+    found, unknown, torch_version = _extras(site)
+    said = []
+    if found:
+        names = " ".join(line.split()[0] for line in found)
+        said.append(f"{'; '.join(found)}: their operators do not load, so every transformers import and `vllm serve` "
+                    f"fail ('{SYMPTOM_EXTRAS}'); the kit does not remove your packages: run `python -m pip uninstall "
+                    f"-y {names}` (neither vLLM's CPU path nor speculators needs them), or install the builds made "
+                    f"for torch {torch_version}")
+    if unknown:
+        said.append(f"{'; '.join(unknown)}: the kit does not take an unreadable distribution for an absent or a "
+                    f"fitting one; reinstall it (`python -m pip install --force-reinstall --no-deps <name>`) or "
+                    f"remove it")
+    return "; ".join(said) or None
 
 
 def serve_blockers(site=None) -> list[str]:
@@ -181,7 +216,10 @@ def serve_blockers(site=None) -> list[str]:
     problem = extras_problem(site)
     if problem:
         blockers.append(problem)
-    found = alias(site)
+    try:
+        found = alias(site)
+    except dists.UnreadableMetadata as exc:  # unknown: said, never taken for "no alias needed"
+        return blockers + [f"{ALIAS_ID}: {exc}"]
     if found is not None and found.needed and not found.present:
         blockers.append(f"{found.reason}: run `compat apply` ({ALIAS_ID})")
     return blockers
