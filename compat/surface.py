@@ -179,6 +179,14 @@ def _show(value) -> str:
     return f"unknown ({value.reason})" if isinstance(value, Unknown) else str(value)
 
 
+def _change(old, new) -> str:
+    """``old -> new``; for a probe whose value is a list (the methods of a base class, the fields of a config) what
+    was added and removed: ``+kv_cache_access, -disable_padded_drafter_batch``."""
+    if isinstance(old, list) and isinstance(new, list):
+        return ", ".join([f"+{x}" for x in new if x not in old] + [f"-{x}" for x in old if x not in new])
+    return f"{_show(old)} -> {_show(new)}"
+
+
 def render(surface: Surface) -> str:
     """Header lines, then one aligned row per probe: name, value (or "unknown"), then where or why."""
     lines = []
@@ -228,8 +236,7 @@ def run(args: argparse.Namespace) -> int:
             changes = diff(load(args.a), load(args.b))
             doc = {k: {"old": _jsonable(o), "new": _jsonable(n)} for k, (o, n) in changes.items()}
             header = f"{args.a} -> {args.b}: " + (f"{len(changes)} probe(s) changed" if changes else "no probe changed")
-            text = "\n".join([header] + [f"  {name}: {_show(old)} -> {_show(new)}" for name, (old, new) in
-                                          changes.items()])
+            text = "\n".join([header] + [f"  {name}: {_change(old, new)}" for name, (old, new) in changes.items()])
         else:
             path = args.wheel or args.sdist or args.src
             if path:

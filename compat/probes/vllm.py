@@ -528,12 +528,16 @@ def executor_unique_reply_rank(reader: Reader):
 
 @probe("runner.sample_tokens_split")
 def runner_sample_tokens(reader: Reader):
-    """Does GPUModelRunner split execute_model from sample_tokens (0.11.1+)?"""
-    found = _method(reader, GPU_RUNNER, "GPUModelRunner", "sample_tokens")
+    """Does GPUModelRunner split execute_model from sample_tokens (0.11.1+)?  Where V1 is removed (0.34) the runner
+    the executor drives is Model Runner V2's (vllm/v1/worker/gpu/model_runner.py), read instead."""
+    from .runner_v2 import RUNNER_V2, v1_removed
+
+    runner = RUNNER_V2 if reader.module(GPU_RUNNER) is None and v1_removed(reader) else GPU_RUNNER
+    found = _method(reader, runner, "GPUModelRunner", "sample_tokens")
     if isinstance(found, Unknown):
         return found
     if found is None:
-        relpath, line = _owner_line(reader, GPU_RUNNER, "GPUModelRunner")
+        relpath, line = _owner_line(reader, runner, "GPUModelRunner")
         return Reading(False, relpath, line)
     return Reading(True, found[0], found[1].lineno)
 

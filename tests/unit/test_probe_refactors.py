@@ -513,6 +513,16 @@ CORPUS["transformers.prepare_4d_causal_attention_mask"] = [
 ]
 # runner.v2_selected reads the same code as runner.v2_default, plus the environment
 CORPUS["runner.v2_selected"] = list(CORPUS["runner.v2_default"])
+CORPUS["request.prompt_token_ids"] = [
+    ("0.32.0", decorate(REQUEST, "Request", "__init__")),
+    ("0.32.0", to_base(REQUEST, "Request", ["__init__"])),
+    ("0.11.0", forward_kwargs(REQUEST, "Request")),
+]
+CORPUS["kv_cache.extensible"] = [
+    ("0.32.0", rename_function("vllm/v1/worker/gpu_worker.py", "init_worker_distributed_environment", "_init_dist")),
+    ("0.32.0", to_base("vllm/v1/worker/gpu_worker.py", "Worker", ["initialize_from_config"],
+                       module="vllm/v1/worker/kv_init_mixin.py")),
+]
 
 
 def _requirement(release: str) -> str:

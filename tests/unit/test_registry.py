@@ -21,7 +21,7 @@ SURFACES = sorted(SURFACES_DIR.glob("vllm-*.json"))
 OBSERVED: dict[str, set] = {}
 for _path in SURFACES:
     for _name, _value in json.loads(_path.read_text())["probes"].items():
-        if not isinstance(_value, dict):
+        if not isinstance(_value, (dict, list)):  # a list: a class's members, which no patch requires
             OBSERVED.setdefault(_name, set()).add(_value)
 for _patch in PATCHES:
     for _name, _accepted in _patch.requires.items():

