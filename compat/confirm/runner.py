@@ -171,6 +171,12 @@ def _finish(doc: dict, spec: RunSpec, layers, extra: dict) -> dict:
         timings.setdefault("engine_start_s", doc.get("engine_start_s"))
         timings.setdefault("generator_s", doc.get("seconds"))
         timings["calls_s"] = [c.get("seconds") for c in doc.get("calls", [])]
+    return decide(doc)
+
+
+def decide(doc: dict) -> dict:
+    """The verdict from what the calls found: ERROR (the run failed), WRONG (a layer differed), INCOMPLETE (nothing
+    differed, but a layer was not looked at enough: ``not_looked_at`` names it) or OK."""
     missing = [f"call {i}: {what}" for i, call in enumerate(doc.get("calls") or [], 1)
                for what in call.get("not_looked_at") or []]
     if missing:

@@ -188,10 +188,10 @@ def test_the_old_path_verdict_is_incomplete_when_a_layer_was_not_vouched_for():
     from compat.confirm import report, runner
 
     found = _call(margin=1e-4, off_rows=4)
-    spec = SimpleNamespace(rtol=0.2, tie=False)
     call = {"n": 1, "problems": found["problems"], "not_looked_at": found["not_looked_at"], "layers": found["layers"]}
-    doc = runner._finish({"ok": True, "error": None, "calls": [call], "precision": {"rtol": 0.2}}, spec, [2], {})
+    doc = runner.decide({"ok": True, "error": None, "calls": [call]})
     assert doc["verdict"] == "INCOMPLETE" and report.exit_code(doc) == 4, doc
     assert "ceiling" in doc["not_looked_at"][0]
-    doc = runner._finish({"ok": False, "error": None, "calls": [call], "precision": {"rtol": 0.2}}, spec, [2], {})
+    doc = runner.decide({"ok": False, "error": None, "calls": [call]})
     assert doc["verdict"] == "WRONG" and report.exit_code(doc) == 1
+    assert runner.decide({"ok": True, "error": None, "calls": [{"not_looked_at": []}]})["verdict"] == "OK"
