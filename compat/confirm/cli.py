@@ -134,6 +134,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "widths, dtype, ids, vLLM, runner, device, TP, kit commit)")
     parser.add_argument("--accept-weaker", action="store_true", help="with --check: certify an OK report that is "
                         "weaker than full strength (the weaknesses are still printed)")
+    parser.add_argument("--serve-arg", action="append", default=[], metavar="ARG", dest="serve_args",
+                        help="serve path: one more argument for `vllm serve`, after the kit's and the plan's (repeat "
+                        "it; write it with '=': --serve-arg=--no-enable-extensible-kv-cache), so the server runs with "
+                        "the flags your own run uses; the address, the model and the extraction configs stay the "
+                        "kit's (refused); the generator path and --files refuse it")
     parser.add_argument("--keep-work-dir", action="store_true", help="serve path: keep the run's compat-serve-* "
                         "folder in the temp directory (server log, client logs, every hidden-states file) after an OK "
                         "run; without it that folder is removed after an OK run and kept after any other verdict, and "
@@ -167,6 +172,9 @@ def spec_from_args(args):
         return _usage(problem)
     if args.files:
         return _usage("--files is the serve path's (--path serve): it checks vllm serve's hidden-states files")
+    if getattr(args, "serve_args", None):
+        return _usage("--serve-arg is the serve path's (--path serve): it passes an argument to vllm serve; the "
+                      "generator path starts no server")
     if getattr(args, "keep_work_dir", False):
         return _usage("--keep-work-dir is the serve path's (--path serve): it keeps the folder of vllm serve's log and "
                       "files; the generator path makes none (its log is the file --log names)")

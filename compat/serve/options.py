@@ -78,7 +78,20 @@ def serve_calls(sizes=CALLS, vocab: int = 512, budget: int = BUDGET, longest: in
     return calls
 
 
+#: the arguments of `vllm serve` the kit sets itself (the address its client reaches, what the server extracts and
+#: where the files go): a --serve-arg naming one would make the run something other than what it checks
+KIT_OWNED = ("--host", "--port", "--speculative-config", "--speculative_config", "--kv-transfer-config",
+             "--kv_transfer_config", "--model")
+
+
 def _refusal(args) -> str:
+    for arg in getattr(args, "serve_args", None) or ():
+        if arg.split("=", 1)[0] in KIT_OWNED:
+            return (f"--serve-arg {arg}: the kit sets {arg.split('=', 1)[0]} itself (its client, the extraction and "
+                    "the files depend on it)")
+        if not arg.startswith("-"):
+            return (f"--serve-arg {arg}: not an option; give each argument with its flag, e.g. "
+                    "--serve-arg=--max-num-seqs=8")
     if args.reference == "vllm-extract":
         return ("--reference vllm-extract is the generator path's: on the serve path the run under test is vLLM's "
                 "extract_hidden_states itself, so it would be compared with itself; use --reference self (no HF, no "
@@ -150,7 +163,8 @@ def spec_from_args(args, work_dir=None, vocab: int = 512, flags=()):
             depth = num_layers(args.model)
             asked = layers if layers is not None else default_layer_ids(depth)
             layers = self_ids(asked, depth)
-        wanted = [arg for rule in flags for arg in rule.args]
+        # the plan's arguments, then the user's own (--serve-arg): both reach the server, the two FLAG_FIELDS as fields
+        wanted = [arg for rule in flags for arg in rule.args] + list(getattr(args, "serve_args", ()) or ())
         unchunked = cpu_mla(args.model)
         # without chunked prefill vLLM schedules no prompt over the budget: a whole prompt's budget, as for MLA
         whole = unchunked or "--no-enable-chunked-prefill" in wanted
@@ -208,6 +222,7 @@ def options_of(spec, args, flags=()) -> dict:
             "prompts": args.prompts or "generated", "calls": [len(c) for c in spec.calls],
             "trust_remote_code": spec.trust_remote_code,
             "plan_flags": [arg for rule in flags for arg in rule.args],
+            "serve_args": list(getattr(args, "serve_args", ()) or ()),
             "attention_backend": amx_mla.FLAG[1] if amx_mla.reason(spec) else None}
 
 
@@ -303,6 +318,8 @@ def _confirm_serve(args, folder: RunFolder, vocab: int) -> int:
 
 def _files(args) -> int:
     """``--files DIR``: the user's files, no server and no work folder (so --keep-work-dir means nothing: refused)."""
+    if getattr(args, "serve_args", None):
+        return _usage("--serve-arg passes an argument to the server a run starts; --files DIR starts no server")
     if getattr(args, "keep_work_dir", False):
         return _usage("--keep-work-dir keeps the folder a server run makes; --files DIR starts no server and makes no "
                       "folder (DIR is yours and is never removed)")
