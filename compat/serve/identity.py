@@ -25,9 +25,12 @@ EXPERT_COUNTS = ("n_routed_experts", "num_experts", "num_local_experts")
 MOE_HINTS = EXPERT_COUNTS + ("num_experts_per_tok", "moe_intermediate_size", "n_shared_experts", "moe_topk",
                              "moe_layer_freq", "decoder_sparse_step", "first_k_dense_replace")
 #: what vLLM logs about its model runner, and what each sign means (vLLM 0.22-0.34 read: v1/worker/*_worker.py log
-#: "Using V2 Model Runner" once V2 is built; config/vllm.py warns when it falls back to V1; V1's own runner modules
-#: log their model load, and V2's modules never log from those files)
+#: "Using V2 Model Runner" once V2 is built while V1 still exists; config/vllm.py warns when it falls back to V1; each runner
+#: logs its own model load from its own module, and the log names the module's file: V1's are gpu_model_runner.py and
+#: cpu_model_runner.py, V2's (v1/worker/gpu/ and v1/worker/cpu/) are model_runner.py -- 0.34.0, V2 only, logs no
+#: "Using V2" line, only "[model_runner.py:412] Loading model from scratch...")
 RUNNER_SIGNS = (("V2", re.compile(r"Using V2 Model Runner")),
+                ("V2", re.compile(r"\[model_runner\.py:\d+\] (?:Loading model from scratch|Model loading took)")),
                 ("V1", re.compile(r"using the V1 model runner instead")),
                 ("V1", re.compile(r"\[(?:cpu|gpu)_model_runner\.py:\d+\] Starting to load model")))
 #: the engine's config line: "Initializing a V1 LLM engine (v0.32.0) with config: model=..., dtype=torch.float32, ..."

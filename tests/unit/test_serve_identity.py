@@ -84,6 +84,16 @@ def test_v2_is_what_the_worker_logs_when_it_builds_v2():
     assert identity.runner_of(line)[0] == "V2"
 
 
+def test_v2_is_its_own_modules_load_line_where_no_worker_says_so():
+    # vLLM 0.34.0 (V1 removed) logs no "Using V2" line; its runner, v1/worker/gpu/model_runner.py, logs the load
+    line = "(EngineCore pid=9) INFO 12-07 06:41:02 [model_runner.py:412] Loading model from scratch..."
+    assert identity.runner_of(line) == ("V2", line.strip())
+    took = "(EngineCore pid=9) INFO 12-07 06:41:09 [model_runner.py:441] Model loading took 0.1 GiB memory and 1.2 seconds"
+    assert identity.runner_of(took)[0] == "V2"
+    v1_took = "(EngineCore pid=9) INFO 12-07 06:41:09 [gpu_model_runner.py:4911] Model loading took 0.1 GiB memory"
+    assert identity.runner_of(v1_took)[0] == "unknown"  # V1's file: its own sign is "Starting to load model"
+
+
 def test_a_log_naming_both_runners_is_unknown_not_voted():
     both = LOG + "\n(Worker pid=1) INFO 12-07 02:21:21 [cpu_worker.py:162] Using V2 Model Runner\n"
     runner, evidence = identity.runner_of(both)
