@@ -19,11 +19,13 @@ step=${1:?prep | pytest NAME ARGS... | confirm DTYPE | bench ARGS...}
 # the commit of the packed tree (serve_pack.sh writes src.commit beside spec09/): records and the benchmark say it
 export GPU_SERVE_COMMIT=$(cat "$WHEELS/../src.commit" 2>/dev/null || echo unknown)
 
+TP=""; [ -d "$T/torch/torch" ] && TP="$T/torch:"  # device.sh torch: vLLM >= 0.33's torch, first on the path
+
 serve_env() {  # one speculators (0.9.0) on the path: the payload's 0.4.0.1 (payload/spec) is left off
   for d in "$T/payload/site/vllm" "$T/part3" "$T/spec09"; do
     [ -d "$d" ] || { echo "missing $d: run device.sh stage1, stage2 -, part3 - and serve.sh prep first"; exit 3; }
   done
-  export PYTHONPATH=$T/payload/site:$T/part3:$T/spec09:$PWD
+  export PYTHONPATH=$TP$T/payload/site:$T/part3:$T/spec09:$PWD
   export GPU_SERVE_RECORDS=$OUT/records.jsonl
 }
 
