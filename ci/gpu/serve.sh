@@ -8,6 +8,8 @@
 #                                             # (wheels in .gpu-lane/gpuserve/spec09: carry .gpu-lane/gpuserve)
 #   bash ci/gpu/serve.sh pytest NAME ARGS...  # pytest on the GPU modules (ci/gpu/test_h200_*.py), junit + records
 #   bash ci/gpu/serve.sh confirm DTYPE        # `compat confirm --path serve` on the tiny Llama the tests built
+#   bash ci/gpu/serve.sh model NAME MODEL DTYPE LAYERS [EXCLUDE...]  # apply, then confirm (GPU_SERVE_REFERENCE,
+#                                             # GPU_SERVE_ARGS: space-separated `vllm serve` flags, --serve-arg each)
 #   bash ci/gpu/serve.sh bench ARGS...        # benchmarks/serve_throughput.py ARGS -> $OUT/serve_throughput.txt
 set -u
 T=${GPU_LANE_TMP:-/tmp/gl}; OUT=${OUT:?set OUT}; mkdir -p "$T"
@@ -69,11 +71,12 @@ model)  # model NAME MODEL DTYPE LAYERS [EXCLUDE...]: compat apply (excludes), t
   name=${2:?NAME} model=${3:?MODEL} dtype=${4:?DTYPE} layers=${5:?LAYERS}; shift 5
   serve_env "$name"
   ex=(); for e in "$@"; do ex+=(--exclude "$e"); done
+  sa=(); for a in ${GPU_SERVE_ARGS:-}; do sa+=("--serve-arg=$a"); done  # the server's own flags (confirm --serve-arg)
   { python3 -m compat.cli apply --revert --force; python3 -m compat.cli apply "${ex[@]}"; } > "$OUT/apply_$name.txt" 2>&1
   echo "compat apply ${ex[*]}: rc=$?"; tail -15 "$OUT/apply_$name.txt"
   # GPU_SERVE_REFERENCE: confirm's --reference (hf by default; self: no HF model, issue 30)
   timeout "${GPU_LANE_BUDGET_S:-300}" python3 -m compat.cli confirm --path serve --model "$model" --dtype "$dtype" \
-      --layers "$layers" --reference "${GPU_SERVE_REFERENCE:-hf}" --keep-work-dir --json-file "$OUT/confirm_$name.json" > "$OUT/confirm_$name.txt" 2>&1
+      --layers "$layers" --reference "${GPU_SERVE_REFERENCE:-hf}" "${sa[@]}" --keep-work-dir --json-file "$OUT/confirm_$name.json" > "$OUT/confirm_$name.txt" 2>&1
   echo "compat confirm --path serve ($name): rc=$?" | tee -a "$OUT/confirm_$name.txt"
   for log in "${TMPDIR:-/tmp}"/compat-serve-*/vllm-serve.log; do  # its server log (a temp work dir)
     [ -f "$log" ] && { echo "== $log"; grep -E "Error|Traceback|backend|Model Runner|model runner|MoE|Marlin|WNA16" "$log" | sort | uniq -c | sort -rn | head -25; } >> "$OUT/confirm_$name.txt"
