@@ -45,9 +45,50 @@ def release_line(version: str | None) -> str | None:
 RECORDED_RUNNER = "v1"
 
 
+#: the runner a record names, as the evidence rows name it (compat.probes.runner_v2's V1/V2): a report's "V1"/"V2"
+#: (compat.serve.identity.runner_of), or the class of the runner the engine built (ci/gpu/record.py's ``resolved``)
+RUNNER_WORDS = {"v1": "v1", "v2": "v2"}
+RUNNER_MODULES = {"vllm.v1.worker.gpu_model_runner": "v1", "vllm.v1.worker.cpu_model_runner": "v1",
+                  "vllm.v1.worker.gpu.model_runner": "v2", "vllm.v1.worker.cpu.model_runner": "v2"}
+#: a record whose runner cannot be told (it names one no table here knows, or several): it proves on no runner
+UNKNOWN_RUNNER = "unknown"
+#: the first release line with no V1 runner (vllm/v1/worker/gpu_model_runner.py removed): a record of it that names
+#: no runner did not run V1
+NO_V1_FROM = "0.34"
+
+
+def runner_name(said) -> str:
+    """``v1`` / ``v2`` for what a record says ran: "V1"/"V2", or the runner's class path
+    (``vllm.v1.worker.gpu.model_runner.GPUModelRunner`` is V2's module); UNKNOWN_RUNNER for anything else."""
+    text = str(said or "").strip()
+    if text.lower() in RUNNER_WORDS:
+        return RUNNER_WORDS[text.lower()]
+    return RUNNER_MODULES.get(text.rsplit(".", 1)[0], UNKNOWN_RUNNER)
+
+
+def named_runners(details: dict) -> list[str]:
+    """Every runner a record's details name: ``runner`` (a cell or run that wrote it), the serve report's
+    ``confirmed.runner``, each GPU-lane scenario's ``resolved[...].runner`` (the class its engine built)."""
+    said = [details.get("runner"), (details.get("confirmed") or {}).get("runner")]
+    said += [(obs or {}).get("runner") for obs in (details.get("resolved") or {}).values()]
+    return [s for s in said if s]
+
+
+def runner_from(said: list, vllm: str | None) -> str:
+    """The one runner ``said`` names; a record that names none ran V1 (every record written before records named
+    their runner did), except on a release without V1; several that disagree, or one not known: UNKNOWN_RUNNER."""
+    if not said:
+        line = release_line(vllm)
+        no_v1 = line is not None and tuple(map(int, line.split("."))) >= tuple(map(int, NO_V1_FROM.split(".")))
+        return UNKNOWN_RUNNER if no_v1 else RECORDED_RUNNER
+    names = {runner_name(s) for s in said}
+    return names.pop() if len(names) == 1 else UNKNOWN_RUNNER
+
+
 def evidence(patch_id: str) -> tuple[tuple[str, ...], ...]:
-    """(release line, device, generator, record) for each record in which this patch's proof passed, as
-    ``compat/proof_evidence.py`` holds them (a row that names its runner has it as a fifth field)."""
+    """(release line, device, generator, record, runner) for each record in which this patch's proof passed, as
+    ``compat/proof_evidence.py`` holds them (``python -m ci proofs`` writes the runner each record names as the fifth
+    field, :func:`runner_from`; a row without one ran V1)."""
     from .proof_evidence import PROVEN
 
     return PROVEN.get(patch_id, ())

@@ -53,12 +53,17 @@ def unit_proofs(patch, root: Path = ROOT) -> list[str]:
 
 
 def serve_records(root: Path = ROOT) -> list[dict]:
-    """The serve cells' records (name, vLLM version, tests), by name."""
+    """The serve cells' records (name, vLLM version, runner, tests), by name; the runner is the one the record names
+    (compat.proven.runner_from: one naming none ran V1), so a V2 cell's proof reads as V2's."""
+    from compat.proven import named_runners, runner_from
+
     out = []
     for path in sorted((root / RECORDS).glob("*.json")):
         doc = json.loads(path.read_text())
         if doc.get("path") == "serve":
-            out.append({"name": doc["name"], "vllm": (doc.get("versions") or {}).get("vllm"),
+            vllm = (doc.get("versions") or {}).get("vllm")
+            out.append({"name": doc["name"], "vllm": vllm,
+                        "runner": runner_from(named_runners(doc.get("details") or {}), vllm),
                         "tests": {t["test"]: t["outcome"] for t in doc.get("tests") or []}})
     return out
 
@@ -73,22 +78,23 @@ def outcome_in(record: dict, module: str) -> str | None:
     return "passed" if "passed" in outcomes else "skipped"
 
 
-def found(patch, root: Path = ROOT) -> tuple[str | None, list[tuple[str, str, str]], list[str]] | None:
-    """(contract proof module, its (record, vLLM, outcome) per serve record that ran it, unit proofs); None where
-    this copy of the kit has no tests/ to read."""
+def found(patch, root: Path = ROOT) -> tuple[str | None, list[tuple[str, str, str, str]], list[str]] | None:
+    """(contract proof module, its (record, vLLM, outcome, runner) per serve record that ran it, unit proofs); None
+    where this copy of the kit has no tests/ to read."""
     if not (root / "tests").is_dir():
         return None
     module = contract_proof(patch, root)
-    seen = [(r["name"], r["vllm"], outcome_in(r, module)) for r in serve_records(root)] if module else []
+    seen = [(r["name"], r["vllm"], outcome_in(r, module), r["runner"]) for r in serve_records(root)] if module else []
     return module, [row for row in seen if row[2]], unit_proofs(patch, root)
 
 
-def shipped(patch) -> list[tuple[str, str, str, str]]:
+def shipped(patch) -> list[tuple[str, str, str, str, str]]:
     """Where the records shipped with the kit (compat/proof_evidence.py, ``python -m ci proofs``) say the patch's proof
-    passed: what an installed kit, without tests/ and records, reads; ``compat apply``'s "unproven" reads the same."""
-    from compat.proven import evidence
+    passed, each row with its runner (a row naming none ran V1): what an installed kit, without tests/ and records,
+    reads; ``compat apply``'s "unproven" reads the same."""
+    from compat.proven import RECORDED_RUNNER, evidence
 
-    return list(evidence(patch.id))
+    return [tuple(row) + (RECORDED_RUNNER,) * (5 - len(row)) for row in evidence(patch.id)]
 
 
 def _shipped_status(patch) -> str:
@@ -97,7 +103,16 @@ def _shipped_status(patch) -> str:
         return ("no record shipped with this kit proves it (compat/proof_evidence.py; compat apply says unproven); "
                 "the repository's PATCHES.md lists its proof tests")
     return "proven in the records shipped with this kit (compat/proof_evidence.py): " + "; ".join(
-        f"vLLM {line} ({device}), `{record}`" for line, device, _, record in rows)
+        f"vLLM {line} ({device}{runner_said(runner)}), `{record}`" for line, device, _, record, runner in rows)
+
+
+def runner_said(runner: str) -> str:
+    """``, Model Runner V2`` for a record that ran V2, ``, runner unknown`` for one whose runner is not known; '' for
+    V1, the runner of every record written before records named theirs (as compat.proven words it)."""
+    from compat.probes.runner_v2 import NAMES
+    from compat.proven import RECORDED_RUNNER
+
+    return "" if runner == RECORDED_RUNNER else f", {NAMES.get(runner, 'runner unknown')}"
 
 
 def status(patch, root: Path = ROOT) -> str:
@@ -108,7 +123,7 @@ def status(patch, root: Path = ROOT) -> str:
     module, ran, units = proofs
     parts = []
     if module:
-        said = [f"{outcome} in `{name}` (vLLM {vllm})" for name, vllm, outcome in ran]
+        said = [f"{outcome} in `{name}` (vLLM {vllm}{runner_said(runner)})" for name, vllm, outcome, runner in ran]
         parts.append(f"leave-one-out on a real `vllm serve`: `{module}`; "
                      + ("; ".join(said) if said else "in no serve cell's record yet"))
     if units:
@@ -123,7 +138,7 @@ def brief(patch, root: Path = ROOT) -> str:
     if proofs is None:  # an installed kit: the shipped evidence, as compat apply reads it
         return "serve: passed" if shipped(patch) else "no record"
     module, ran, units = proofs
-    outcomes = {outcome for _, _, outcome in ran}
+    outcomes = {outcome for _, _, outcome, _ in ran}
     words = [next(f"serve: {o}" for o in ("failed", "passed", "skipped", "not run") if o in outcomes or o == "not run")
              ] if module else []
     return ", ".join(words + (["released file"] if units else [])) or "none yet"
