@@ -144,6 +144,16 @@ def junit_tests(path: Path) -> list[dict]:
     return tests
 
 
+def with_figures(tests: list[dict], kept: dict[str, list[dict]]) -> list[dict]:
+    """``tests`` with each one's kept figures (node id -> figures, compat.confirm.figures.read) under ``figures``:
+    the measurement its outcome was judged from, judged again by today's judge on the coverage page (ci/judge.py)."""
+    out = []
+    for test in tests:
+        found = kept.get(test["test"])
+        out.append({**test, "figures": found} if found else test)
+    return out
+
+
 def status_of(tests: list[dict], exit_code: int = 0) -> str:
     """pass: something ran, nothing failed, pytest agreed; fail otherwise (no test at all is no pass)."""
     ran = any(t["outcome"] == "passed" for t in tests)

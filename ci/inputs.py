@@ -24,6 +24,14 @@ carries (``details["inputs"]``, git blob ids, written when it ran), or, for a fi
 before that, or before the rule counted the file in) and a record from a clean checkout, the tree of its commit
 (``dirty`` covers ``compat/``, ``patches/`` and ``tests/contract/``).  ``compat/proof_evidence.py`` is left out: it is generated
 from the records themselves, so counting it would stale every cell each time one is refreshed.
+
+The *judge* (``JUDGE_FILES``: the bounds and the code that turns kept figures into a verdict) is left out too: it
+decides no measurement, only what a measurement is called.  A record keeps the figures its verdicts were computed
+from (compat.confirm.figures, compat.serve.judge, the GPU sets' raw runs), and the coverage page computes each
+verdict with today's judge (ci/judge.py), so a changed bound re-judges every record in seconds and stales no cell.
+A record that kept no figures shows its verdict as run, said to be not re-judgeable where the judge changed since
+(``judge_changes``).  What computes a figure (compat/confirm/compare.py's statistics, the harness that drives the
+engine) is measurement and stays an input.
 """
 
 from __future__ import annotations
@@ -41,6 +49,9 @@ HARNESS_FILES = ("ci/cell.py", "ci/evidence.py", "ci/locking.py", "ci/nightly.py
 HARNESS_TREES = ("compat", "fixtures")
 #: generated from the records (see the module docstring)
 GENERATED = ("compat/proof_evidence.py",)
+#: the judge: bounds and the rules that turn kept figures into verdicts (module docstring); decides no measurement
+JUDGE_FILES = ("compat/confirm/tolerance.py", "compat/confirm/figures.py", "compat/serve/judge.py",
+               "compat/serve/logit_bounds.py")
 #: the modern path's own code: it decides no old-path cell
 SERVE_ONLY = ("compat/serve/", "tests/contract/serve/")
 SERVE_PROBES = "compat/serve/probes/"
@@ -200,7 +211,7 @@ class Inputs:
         found = {p: "harness" for p in HARNESS_FILES if (self.root / p).is_file()}
         for top in HARNESS_TREES:
             for path in _files(self.root, top):
-                if path in GENERATED or (cell.path == table.OLD and _serve_only(path)):
+                if path in GENERATED or path in JUDGE_FILES or (cell.path == table.OLD and _serve_only(path)):
                     continue
                 if path.startswith(PROBES) and path not in PROBE_HARNESS:
                     if (cell.path == table.SERVE) == path.startswith(SERVE_PROBES):
@@ -264,10 +275,33 @@ class Inputs:
         now = {p.relative_to(self.root).as_posix() for p in evidence.suite_files(self.root)}
         changed = []
         for path in sorted(now | {p for p in then if p.startswith(tops)}):
-            if path in GENERATED or self.blob(path) == then.get(path):
+            if path in GENERATED or path in JUDGE_FILES or self.blob(path) == then.get(path):
                 continue
             state = "is new" if path not in then else "was removed" if path not in now else "changed"
             changed.append(f"{path} {state} since {record.commit[:10]}")
+        return changed
+
+    def judge_snapshot(self) -> dict[str, str]:
+        """The judge's files' blob ids in the checkout now (what a record is judged by when it is written)."""
+        return {path: self.blob(path) for path in JUDGE_FILES if self.blob(path) is not None}
+
+    def judge_changes(self, record: evidence.Record) -> list[str] | None:
+        """The judge files that differ now from those that judged ``record`` when it ran ([]: none; None: not
+        known).  Read from its ``details["judge"]``, else its inputs (the judge was an input before), else the
+        tree of its clean commit."""
+        then = record.details.get("judge") or None
+        if then is None:
+            known = self.recorded(record)
+            if known is None:
+                return None
+            then = known
+        changed = []
+        for path in JUDGE_FILES:
+            now, before = self.blob(path), then.get(path)
+            if before is None and path not in then and record.details.get("judge") is None and now is not None:
+                continue  # not among what it recorded (written before the file existed): not known to differ
+            if now != before:
+                changed.append(path)
         return changed
 
     def recorded(self, record: evidence.Record) -> dict[str, str] | None:

@@ -4,7 +4,8 @@ A report keeps, per check, what was measured (each id's worst row error, the log
 files and chunking facts) beside the verdict of the bounds of its day.  When a bound is re-measured (a dtype's
 logits bound from a wider model, the same-engine bound from vLLM's own spread on a GPU), the records taken before
 are not re-run: their figures are judged again here, by the same rules the runner applies
-(:func:`compat.serve.runner.decide`).  A check whose figures the report did not keep stays as it was judged.
+(:func:`compat.serve.runner.decide`).  A check whose figures the report did not keep stays as it was judged, and so
+does every check of a report that names no dtype (nothing picks today's bound for it).
 ERROR stays ERROR: there is nothing to judge.
 """
 
@@ -34,7 +35,10 @@ def rejudge(doc: dict) -> ServeResult:
     """``doc``'s checks and verdict under today's bounds (a copy; ``doc`` is left as it was)."""
     checks = copy.deepcopy(doc.get("checks") or {})
     options = doc.get("options") or {}
-    dtype = options.get("dtype") or (doc.get("confirmed") or {}).get("dtype") or "float32"
+    dtype = options.get("dtype") or (doc.get("confirmed") or {}).get("dtype")
+    start = "ERROR" if doc.get("verdict") == "ERROR" else "OK"
+    if dtype is None:  # a report that names no dtype cannot pick today's bound: its checks stand as judged
+        return decide(ServeResult(start, doc.get("reason", "") if start == "ERROR" else "", checks=checks))
     device = device_of(doc)
     for name, reference in ROW_CHECKS.items():
         check = checks.get(name)
@@ -52,5 +56,4 @@ def rejudge(doc: dict) -> ServeResult:
         if measured is not None:
             ok = logprobs.get("compared", 0) > 0 and float(logprobs["max_abs_diff"]) <= measured.bound
             logprobs.update(bound=measured.bound, bound_basis=measured.basis, ok=ok)
-    start = "ERROR" if doc.get("verdict") == "ERROR" else "OK"
     return decide(ServeResult(start, doc.get("reason", "") if start == "ERROR" else "", checks=checks))
