@@ -93,7 +93,7 @@ def test_the_record_command_writes_one_run_with_the_devices_stamp(tmp_path, monk
     junit.write_text("<testsuite timestamp='2026-12-01T09:00:00'><testcase classname='tests.contract.test_x' "
                      "name='test_y' time='1'/></testsuite>")
     stamp = tmp_path / "stamp.json"
-    stamp.write_text('{"commit": null, "dirty": null, "suite": "0123456789abcdef"}')
+    stamp.write_text('{"commit": "%s", "dirty": false, "suite": "0123456789abcdef"}' % ("c" * 40))
     machine = tmp_path / "machine.txt"
     machine.write_text("name, driver_version, memory.total [MiB]\nNVIDIA H200, 580.159.04, 143771 MiB\n")
     assert main(["record", "--junit", str(junit), "--name", "h200-run9-core", "--stamp", str(stamp),
@@ -103,6 +103,10 @@ def test_the_record_command_writes_one_run_with_the_devices_stamp(tmp_path, monk
     assert record.pytest_args == ["-m", "contract and not proof"]
     assert record.device == {"kind": "cuda", "count": 1, "names": ["NVIDIA H200"]}
     assert main(["record", "--junit", str(junit)]) == 2  # a run needs its name
+    stamp.write_text('{"commit": null, "dirty": null, "suite": "0123456789abcdef"}')  # what ran is not known
+    assert main(["record", "--junit", str(junit), "--name", "h200-run10-core", "--stamp", str(stamp)]) == 0
+    assert set(evidence.load(tmp_path / "out")) == {"h200-run9-core"}  # it vouches for nothing: archived
+    assert set(evidence.load(tmp_path / "out" / "archive")) == {"h200-run10-core"}
 
 
 def test_a_serve_report_is_a_serve_path_record(tmp_path):
