@@ -16,7 +16,7 @@ import argparse
 import sys
 from dataclasses import dataclass, field, replace
 
-from . import exit_policy, install_checks, proven, registry, report, verdicts
+from . import amx, exit_policy, install_checks, proven, registry, report, verdicts
 from .errors import EnvironmentProblem, PatchError
 from .exit_policy import Finding
 from .layout import GENERATOR, WORKER
@@ -149,7 +149,7 @@ def _decide(args) -> int:
         raise EnvironmentProblem(f"--exclude: no patch has the id {', '.join(unknown)} (known: {known}); "
                                  f"nothing was changed")
     decisions = list(verdicts.exclude(decisions, args.exclude))
-    said, no = plan_said(surface, judged)  # the plan's rules, printed on every path, and its NO (issue 29.5)
+    said, no = plan_said(surface, judged, found["vllm"][1])  # the plan's rules, printed on every path, and its NO (issue 29.5)
     device, runner = proven.device_of(surface), proven.runner_of(surface)
     unproven_first = proven.summary(decisions, surface.version("vllm"), device, runner)
     if no is not None and mode in ("apply", "dry-run"):  # the plan's NO stops apply with the plan's exit code
@@ -195,11 +195,12 @@ def install_level(mode: str, result: Result, serve: bool) -> dict:
     return install
 
 
-def plan_said(surface, judged) -> tuple[dict, Finding | None]:
+def plan_said(surface, judged, vllm=None) -> tuple[dict, Finding | None]:
     """What ``compat plan`` says of this install that no patch changes: its rules (FLAGS, NOTEs, a NO for some
     models) as lines and JSON, and its NO for every model as an ``incompatible`` finding (exit 1, as plan's NO:
     :mod:`compat.exit_policy`), or None.  The serve path's rules come from :func:`compat.serve.plan.rules`; the
-    old path's NO from :func:`compat.plan.incompatible`."""
+    old path's NO from :func:`compat.plan.incompatible`, its rules from :func:`compat.amx.rules_for` (``vllm``: the
+    installed vLLM's :class:`compat.sources.Source`)."""
     if judged is not None:
         _decisions, rules, (answer, _code) = judged
         no = answer if answer.startswith("NO:") else None
@@ -210,7 +211,9 @@ def plan_said(surface, judged) -> tuple[dict, Finding | None]:
 
         why = incompatible(surface)
         no = f"NO: {why}" if why else None
-        said = {"lines": [], "doc": {"plan_answer": no} if no else {}}
+        rules = amx.rules_for(surface.packages.get("vllm"), vllm)
+        said = {"lines": [amx.line(r) for r in rules],
+                "doc": {**({"plan_answer": no} if no else {}), **({"rules": rules} if rules else {})}}
     if no is None:
         return said, None
     return said, Finding("incompatible", f"{no} (compat plan's answer for this install); nothing was changed")

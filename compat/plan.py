@@ -22,7 +22,7 @@ from pathlib import Path
 
 from packaging.requirements import InvalidRequirement, Requirement
 
-from . import builds, exit_policy, host, proven, registry, report, transformers_ranges, upstream_facts, verdicts
+from . import amx, builds, exit_policy, host, proven, registry, report, transformers_ranges, upstream_facts, verdicts
 from .probes import PROBES, Unknown
 from .serve import plan as serve_plan
 from .sources import Source, SourceError, open_source
@@ -124,6 +124,9 @@ def run(args: argparse.Namespace) -> int:
            "unproven": [d.patch.id for d in proven.unproven(decisions, surface.version("vllm"), proven.device_of(surface),
                                                             runner)],
            "unproven_path": proven.path_unproven(decisions, surface.version("vllm"), proven.device_of(surface), runner)}
+    rules = amx.rules_for(surface.packages.get("vllm"), vllm)
+    if rules:  # as apply's JSON says them (compat.apply.plan_said)
+        doc["rules"] = rules
     if not _wrote_json_file(args, doc):
         return report.ENVIRONMENT
     if args.json:
@@ -366,6 +369,7 @@ def render(surface, sources: dict[str, str], decisions, answer: Answer, vllm: So
     if decisions:
         lines.append(f"runner        {proven.runner_of(surface).text}")
     lines += proven.user_proofs(decisions) + host_notes(surface, vllm)
+    lines += [amx.line(r) for r in amx.rules_for(surface.packages.get("vllm"), vllm)]  # NO for some models
     unproven = proven.describe(decisions, surface.version("vllm"), proven.device_of(surface), proven.runner_of(surface))
     if unproven:
         lines.append(f"unproven: {unproven}")
