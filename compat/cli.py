@@ -32,8 +32,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog="compat",
         description="Keep speculators' EAGLE-3 hidden-state generator running and correct on moving vLLM.",
         epilog="Run 'compat COMMAND --help' for a command's options.  Exit codes: 0 ok; 1 a patch problem, a needed "
-        "patch not on disk or an unknown probe; 2 environment or usage problem; 3 this speculators has no generator "
-        "the kit knows; 4 (compat confirm --path serve) INCOMPLETE: a part not looked at, named; 141 the reader of stdout "
+        "patch not on disk or an unknown probe; 2 environment or usage problem; 3 nothing to patch: this speculators "
+        "has neither the in-process generator of 0.3/0.4 nor the vllm serve path of >= 0.5; 4 (compat confirm --path serve) INCOMPLETE: a part not looked at, named; 141 the reader of stdout "
         "went away (| head).",
     )
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", title="commands")

@@ -57,8 +57,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "residual entering layer k, id L the final pre-norm state; default speculators' [2, L//2, L-3, L])")
     parser.add_argument("--model", help="a local HF checkpoint directory (e.g. fixtures/tiny_model.py's); "
                         "required unless --check")
-    parser.add_argument("--layers", default="all", help="generator layer ids to capture, comma-separated, e.g. "
-                        "2,30,58 (default: all)")
+    parser.add_argument("--layers", default="all", help="layer ids to capture, comma-separated, e.g. 2,30,58,61 "
+                        "(default: the generator path every layer; the serve path speculators' own default "
+                        "[2, L//2, L-3, L], which --reference self widens to each id and the next)")
     parser.add_argument("--calls", default=None,
                         help="sequences per call, comma-separated, all on one generator or server (default: generator "
                         f"{','.join(map(str, CALLS))}: crosses 11 sequences and the 32-slot limit, and repeats a call; "
@@ -130,7 +131,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "differs, its verdict is not OK or it is weaker (each item named); 2 if REPORT is unreadable "
                         "or no confirm report. A serve report (--path serve --json-file) is gated on itself, nothing "
                         "installed is read: 0 verdict OK and every check ok, 1 WRONG or ERROR (or no 'confirmed' block: "
-                        "it cannot tell what was confirmed), 4 INCOMPLETE; it prints what the report confirmed (model, "
+                        "it cannot tell what was confirmed), 4 INCOMPLETE, 2 unreadable or a verdict no serve run gives; it prints what the report confirmed (model, "
                         "widths, dtype, ids, vLLM, runner, device, TP, kit commit)")
     parser.add_argument("--accept-weaker", action="store_true", help="with --check: certify an OK report that is "
                         "weaker than full strength (the weaknesses are still printed)")

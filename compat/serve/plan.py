@@ -47,7 +47,8 @@ def _cached_wheel(dist: str, version: str) -> Path | None:
 
 def fetch_wheel(dist: str, version: str) -> tuple[Path | None, str]:
     """A release's wheel, downloaded into the wheel cache with pip (said on stderr first), and how it was got; None
-    and why where it cannot be: a release the index does not list, or no index (offline: the exact command)."""
+    and why where it cannot be got (no index, offline: the exact command).  A release the index does not list is bad
+    input, not an unknown: SourceError, so the plan says one line and judges nothing."""
     folder = cache_root() / "wheels"
     shown = f"pip download --no-deps --only-binary :all: -d {folder} {dist}=={version}"
     print(f"fetching {dist} {version}'s wheel (none in {folder}): {shown}", file=sys.stderr, flush=True)
@@ -62,8 +63,8 @@ def fetch_wheel(dist: str, version: str) -> tuple[Path | None, str]:
     listed = re.search(r"\(from versions: ([^)]*)\)", proc.stderr)
     released = [v.strip() for v in listed.group(1).split(",")] if listed and listed.group(1).strip() != "none" else []
     if released and version not in released:
-        return None, (f"{dist} {version} does not exist on the package index (released: "
-                      f"{'... ' if len(released) > 6 else ''}{', '.join(released[-6:])}); nothing to download")
+        raise SourceError(f"{dist} {version} does not exist on the package index (released: "
+                          f"{'... ' if len(released) > 6 else ''}{', '.join(released[-6:])}); nothing was judged")
     return None, (f"{dist} {version}: no wheel in {folder} and pip could not fetch one (offline or no index?); where PyPI is reachable "
                   f"run: {shown}, then compat plan again (or pass --speculators PATH/TO/WHEEL)")
 

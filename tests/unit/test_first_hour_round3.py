@@ -76,10 +76,12 @@ def test_plan_downloads_a_released_speculators_and_says_so(tmp_path):
     assert "downloaded with pip and read from" in proc.stdout and proc.stdout.strip().splitlines()[-1].startswith("YES")
 
 
-def test_plan_says_a_release_that_does_not_exist_does_not(tmp_path):
+def test_plan_says_a_release_that_does_not_exist_does_not_in_one_line_exit_2(tmp_path):
     proc = _plan(tmp_path, "0.9.9")
-    assert proc.returncode == 1 and "speculators 0.9.9 does not exist on the package index" in proc.stdout
-    assert "0.9.0" in proc.stdout and "run: pip download" not in proc.stdout
+    assert proc.returncode == 2 and proc.stdout == ""  # bad input: no verdict table for a release that is not
+    said = [line for line in proc.stderr.splitlines() if not line.startswith("fetching ")]
+    assert len(said) == 1 and said[0].startswith("error: speculators 0.9.9 does not exist on the package index")
+    assert "0.9.0" in said[0] and "run: pip download" not in said[0]
 
 
 def test_plan_offline_gives_the_exact_command(tmp_path):
