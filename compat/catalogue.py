@@ -15,6 +15,70 @@ from .serve import proofs as serve_proofs
 
 #: the modern path's declarations (``patches/serve/``)
 SERVE = "serve"
+ROOT = Path(__file__).resolve().parents[1]
+#: where a serve proof's own halves are saved, per lane (``python -m ci readme --take LANE``; the README's table)
+SAVED = Path("docs/records/self-reference")
+#: the verdicts each half of a leave-one-out proof expects: the bug shows left out, the rows are right applied
+EXPECTED = {"left-out": ("WRONG", "ERROR"), "applied": ("OK",)}
+
+
+def saved_pairs(patch, root: Path = ROOT) -> list[dict]:
+    """The serve proof's saved halves (``<lane>/kN-left-out.json`` and ``kN-applied.json``), one entry per lane that
+    holds either: ``{lane, vllm, met, missing, commit, tree, verdicts}`` (``met``: both halves saved, each as the proof
+    expects); none in an installed kit (no records beside it).
+
+    Why here: the README's serve table quotes these records, so the catalogue must say the same of each proof."""
+    key = serve_proofs.module_key(patch)
+    out = []
+    for folder in sorted(p for p in (root / SAVED).glob("*") if p.is_dir()) if key else []:
+        halves = {}
+        for part in EXPECTED:
+            path = folder / f"{key}-{part}.json"
+            if path.is_file():
+                halves[part] = json.loads(path.read_text())
+        if not halves:
+            continue
+        verdicts = {part: halves[part].get("verdict") if part in halves else None for part in EXPECTED}
+        commits = {str(doc.get("commit") or "")[:10] for doc in halves.values()}
+        out.append({"lane": folder.name, "vllm": (next(iter(halves.values())).get("versions") or {}).get("vllm"),
+                    "met": all(verdicts[part] in EXPECTED[part] for part in EXPECTED),
+                    "missing": [part for part in EXPECTED if part not in halves],
+                    "commit": ", ".join(sorted(c for c in commits if c)) or None,
+                    "tree": "modified" if any(doc.get("tree") == "modified" for doc in halves.values()) else "clean",
+                    "verdicts": verdicts})
+    return out
+
+
+def plan_counts(patch) -> list[tuple]:
+    """The rows of the records shipped with the kit that prove ``patch`` (compat/proof_evidence.py): what ``compat
+    plan`` and ``compat apply`` count."""
+    return serve_proofs.shipped(patch)
+
+
+def proof_brief(patch, root: Path = ROOT) -> str:
+    """The table's proof column: the serve cells' outcome, the saved pairs, and whether ``compat plan`` counts it."""
+    words = [serve_proofs.brief(patch, root)]
+    for pair in saved_pairs(patch, root):
+        said = "passed" if pair["met"] else f"{' and '.join(pair['missing'])} half missing" if pair["missing"] \
+            else "not as expected"
+        words.append(f"saved pair {said} in {pair['lane']}")
+    words.append("plan: proven" if plan_counts(patch) else "plan: never proven")
+    return "; ".join(words)
+
+
+def proof_status(patch, root: Path = ROOT) -> str:
+    """The entry's **Proof.** paragraph: the cells' records, each saved pair, and what ``compat plan`` counts."""
+    said = [serve_proofs.status(patch, root)]
+    for pair in saved_pairs(patch, root):
+        verdicts = {part: verdict or "not saved" for part, verdict in pair["verdicts"].items()}
+        said.append(f"saved pair in `{SAVED.as_posix()}/{pair['lane']}/` (vLLM {pair['vllm']}): left out "
+                    f"{verdicts['left-out']}, applied {verdicts['applied']}, "
+                    f"{'as the proof expects' if pair['met'] else '**not** a whole proof'} (commit "
+                    f"{pair['commit'] or 'none'}, {pair['tree']} tree)")
+    rows = plan_counts(patch)
+    said.append(f"`compat plan` counts it proven on {', '.join(sorted({f'vLLM {r[0]} ({r[1]})' for r in rows}))}"
+                if rows else "`compat plan` counts no record as its proof (compat/proof_evidence.py): never proven")
+    return ". ".join(said)
 
 DESCRIPTION = ("Print the patch catalogue (the markdown PATCHES.md is generated from; --brief: one line per patch) "
                "or the patch list as JSON.")
@@ -76,7 +140,7 @@ def serve_section() -> list[str]:
         "|---|---|---|---|---|---|---|",
     ]
     for p in patches:
-        cells = [f"`{p.id}`", p.title, p.target, needed_when(p), p.upstream, p.removal, serve_proofs.brief(p)]
+        cells = [f"`{p.id}`", p.title, p.target, needed_when(p), p.upstream, p.removal, proof_brief(p)]
         lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")
     lines.append("")
     for p in patches:
@@ -86,7 +150,7 @@ def serve_section() -> list[str]:
             lines += ["**Symptom without it.** " + " or ".join(f"`{x}`" for x in p.symptoms), ""]
         if p.retired:
             lines += [f"**Retired.** {p.retired}", ""]
-        lines += [f"**Proof.** {serve_proofs.status(p)}", "",
+        lines += [f"**Proof.** {proof_status(p)}", "",
                   f"**Upstream.** {p.upstream}  ", f"**Removal.** {p.removal}", ""]
     return lines
 
@@ -105,7 +169,7 @@ def render_brief() -> str:
     lines.append(f"{len(patches)} patches ({retired} retired); EDITS: the speculators releases whose generator each "
                  "edits; `compat catalogue` prints why, how, upstream and removal of each")
     targets = max(len(p.target) for p in serve)
-    proofs = {p.id: serve_proofs.brief(p) for p in serve}
+    proofs = {p.id: proof_brief(p) for p in serve}
     proof = max(len(v) for v in proofs.values())
     lines += ["", f"{'ID':{width}}  {'TARGET':{targets}}  {'PROOF':{proof}}  FIXES (modern path: vllm serve)"]
     for p in serve:
@@ -125,7 +189,8 @@ def as_json() -> dict:
                                "versions": dict(p.versions), "needed_when": needed_when(p),
                                "requires": {k: list(map(str, v)) for k, v in p.requires.items()},
                                "variants": sorted(p.edits), "symptoms": list(p.symptoms),
-                               "proof": serve_proofs.status(p)} for p in load_patches(SERVE)]}
+                               "proof": serve_proofs.status(p), "saved_proofs": saved_pairs(p),
+                               "plan_proven": bool(plan_counts(p))} for p in load_patches(SERVE)]}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
