@@ -13,6 +13,7 @@ from __future__ import annotations
 import pytest
 
 from compat.confirm import RTOL, hf_reference, make_calls, num_layers
+from compat.confirm.figures import judge, layer_figures
 
 
 def _layer_stats(call):
@@ -31,15 +32,25 @@ def test_every_layer_is_compared(patched_report, tiny_model):
         assert sorted(_layer_stats(call)) == every, call
 
 
-def test_hidden_states_equal_hf_at_every_layer(patched_report, device_rtol):
+def _bound_problem(problem: str) -> bool:
+    """A problem compare() raised because a layer was over the bound (judged from the figures instead)."""
+    return "x mean|h_ref|" in problem
+
+
+def test_hidden_states_equal_hf_at_every_layer(patched_report, device_rtol, engine_device, keep_figures):
     run = patched_report["run"]
     assert run["calls"], run["error"]
     assert patched_report["rtol"] == device_rtol, "the harness judged with another bound than this device's"
+    worst, problems = {}, []
     for call in run["calls"]:
-        assert call["problems"] == [], call
+        problems += [p for p in call["problems"] if not _bound_problem(p)]
         for layer, stats in _layer_stats(call).items():
-            assert stats["rel_diff"] <= device_rtol, (call["n"], layer, stats)
-            assert stats["mean_abs_ref"] > 0, (call["n"], layer, stats)
+            worst[layer] = max(worst.get(layer, 0.0), stats["rel_diff"])
+            if not stats["mean_abs_ref"] > 0:
+                problems.append(f"call {call['n']} layer {layer}: mean|h_ref| {stats['mean_abs_ref']}")
+    figures = keep_figures(layer_figures("within", worst, device=engine_device, problems=problems))
+    passed, why = judge(figures)
+    assert passed, (why, figures)
 
 
 def test_calls_cross_11_sequences_the_slot_limit_and_repeat(patched_report):
@@ -80,7 +91,7 @@ def test_block_size_comes_from_the_platform(patched_report, engine_device):
     assert patched_report["run"]["block_size"] % 32 == 0  # CPU attention's constraint, resolved by vLLM
 
 
-def test_tolerance_rejects_a_bf16_model_at_every_layer(tiny_model, device_rtol):
+def test_tolerance_rejects_a_bf16_model_at_every_layer(tiny_model, engine_device, keep_figures):
     """The rule itself, on HF alone: the same model in bfloat16 fails at every layer and call size."""
     import torch
 
@@ -91,6 +102,7 @@ def test_tolerance_rejects_a_bf16_model_at_every_layer(tiny_model, device_rtol):
     prompts = [p for c in calls for p in c]
     reference = hf_reference(tiny_model, prompts, layers)
     bf16_model, bf16_refs, _ = hf_reference(tiny_model, prompts, layers, dtype="bfloat16")
+    least = {}
     for call in calls:
         results = [{"input_ids": torch.tensor(p), "hidden_states": list(bf16_refs[tuple(p)])} for p in call]
         # the generator's last layer is pre-norm; give compare what the generator would
@@ -98,8 +110,11 @@ def test_tolerance_rejects_a_bf16_model_at_every_layer(tiny_model, device_rtol):
         for result, prompt in zip(results, call):
             result["hidden_states"][last] = _undo_final_norm(reference[0], prompt, bf16_model, last)
         stats = compare(results, call, reference, layers)["layers"]
-        passing = [k for k, s in stats.items() if s["rel_diff"] <= max(RTOL, device_rtol)]
-        assert not passing, f"bf16 passes the tolerance at layers {passing}: {stats}"
+        for k, s in stats.items():
+            least[k] = min(least.get(k, float("inf")), s["rel_diff"])
+    figures = keep_figures(layer_figures("beyond", least, device=engine_device, floor=RTOL))
+    passed, why = judge(figures)
+    assert passed, f"bf16 passes the tolerance: {why}"
 
 
 def _undo_final_norm(f32_model, prompt, bf16_model, last):
@@ -118,14 +133,19 @@ def _undo_final_norm(f32_model, prompt, bf16_model, last):
 
 
 @pytest.mark.proof
-def test_bf16_engine_fails_at_every_layer(bf16_report, device_rtol):
+def test_bf16_engine_fails_at_every_layer(bf16_report, engine_device, keep_figures):
     """The real engine in bfloat16, against HF float32: every layer of every call is out of tolerance."""
     if "not_run" in bf16_report:  # this host cannot start a bfloat16 engine of this vLLM (amx_host.py)
         pytest.skip(bf16_report["not_run"])
     run = bf16_report["run"]
     assert run["error"] is None, run["error"] and run["error"]["traceback"]
     assert run["dtype"] == "bfloat16"
+    least = {}
     for call in run["calls"]:
         stats = _layer_stats(call)
-        passing = [k for k, s in stats.items() if s["rel_diff"] <= device_rtol]
-        assert sorted(stats) == bf16_report["layers"] and not passing, (call["n"], stats)
+        assert sorted(stats) == bf16_report["layers"], (call["n"], stats)
+        for k, s in stats.items():
+            least[k] = min(least.get(k, float("inf")), s["rel_diff"])
+    figures = keep_figures(layer_figures("beyond", least, device=engine_device))
+    passed, why = judge(figures)
+    assert passed, f"the bf16 engine passes the float32 bound: {why}"
