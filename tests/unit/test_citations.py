@@ -133,3 +133,45 @@ def test_catalogue_readme_and_plan_say_the_same_of_every_serve_proof():
         if passed_in_cells:
             assert plan, f"{patch.id}: the README quotes its proof passing, compat plan counts no record"
         assert brief.endswith("plan: proven" if plan else "plan: never proven"), (patch.id, brief)
+
+
+def vouching() -> list:
+    return [r for r in gpu_record.load().values() if r.commit]
+
+
+@pytest.mark.parametrize("record", vouching(), ids=lambda r: r.name)
+def test_every_gpu_record_that_vouches_names_what_ran_from_the_run_itself(record):
+    assert record.commit and record.suite, "no commit or suite: it belongs in the archive"
+    assert (record.device or {}).get("names") and (record.versions or {}).get("vllm"), (record.device, record.versions)
+    models, runners = record.details.get("models"), record.details.get("runners")
+    assert models and set(models) == set(runners), record.details
+    source = ROOT / record.details["source"]
+    for part, model in models.items():
+        assert set(gpu_record.MODEL_FIELDS) <= set(model), model
+        assert model["not_kept"] == [f for f in gpu_record.MODEL_FIELDS if model[f] is None], model
+        if record.path == "serve":  # what the report itself says: its confirmed block, else its options
+            doc = json.loads(source.read_text())
+            block = doc.get("confirmed") or {}
+            assert model["dtype"] == (block.get("dtype") or (doc.get("options") or {}).get("dtype")), model
+            assert model["layers"] == block.get("num_layers"), model
+        else:  # the scenario's own run: its label and dtype as it ran them, its worker's runner class
+            runs = {r["scenario"]: r for r in json.loads(source.read_text())}
+            assert model["label"] == runs[part]["model"] and model["dtype"] == runs[part]["dtype"], model
+            assert runners[part] == runs[part]["observed"]["worker"]["runner_class"]
+
+
+def test_a_record_keeps_a_report_identity_rather_than_saying_it_was_not_kept(tmp_path):
+    """A serve report that names its model (compat.serve.identity) gives every field; one without says which it lacks."""
+    block = {"model": "/m/tiny-kimi", "architectures": ["DeepseekV3ForCausalLM"], "num_layers": 4, "hidden_size": 7168,
+             "ffn": "moe", "routed_experts": 8, "quantization": {"method": "compressed-tensors", "format": "pack"},
+             "dtype": "bfloat16", "runner": "vllm.v1.worker.gpu_model_runner.GPUModelRunner"}
+    report = tmp_path / "confirm.json"
+    report.write_text(json.dumps({"verdict": "OK", "checks": {"files": {"ok": True}}, "confirmed": block,
+                                  "options": {"dtype": "bfloat16"}}))
+    record = gpu_record.serve_record("x", report, {"commit": "c" * 40, "dirty": False, "suite": "0" * 16})
+    model = record.details["models"]["serve"]
+    assert model["not_kept"] == [] and model["experts"] == 8 and model["architecture"] == "DeepseekV3ForCausalLM"
+    assert record.details["runners"]["serve"] == block["runner"]
+    report.write_text(json.dumps({"verdict": "OK", "checks": {"files": {"ok": True}}, "options": {"dtype": "float32"}}))
+    model = gpu_record.serve_record("x", report).details["models"]["serve"]
+    assert model["dtype"] == "float32" and "architecture" in model["not_kept"] and model["label"] is None
