@@ -5,7 +5,10 @@ commit, a hash of what decides the outcome (``compat/``, ``patches/``, ``tests/c
 pytest arguments, the device, the versions and every test's outcome; a cell's record also carries the blob ids
 of the files that decide that cell (``details["inputs"]``, ci/inputs.py).  A cell's record is *stale* when one
 of those changed since (ci/inputs.Freshness), a GPU run's when its suite hash differs from the checkout's; one
-that can say neither is *legacy*.  Neither is shown as a plain pass.  ``python -m ci.evidence stamp`` prints the stamp of this checkout (run on a GPU machine, it is copied
+that can say neither is *legacy*.  Neither is shown as a plain pass.  A test that judged a measurement keeps the
+figures it judged (``test["figures"]``, compat.confirm.figures) and the record the judge's file hashes
+(``details["judge"]``): the page computes each verdict with today's judge (ci/judge.py), and a judge change stales
+nothing.  ``python -m ci.evidence stamp`` prints the stamp of this checkout (run on a GPU machine, it is copied
 into that run's record).
 """
 

@@ -8,7 +8,8 @@ again here, in seconds:
 - a CPU cell's test that judged per-layer errors kept them (``test["figures"]``, compat.confirm.figures);
 - a GPU scenario set is the raw runs it was judged from (``docs/gpu/records_<set>.json``, ci/gpu/record.judge);
 - a GPU serve record is the report it was judged from (compat.serve.judge.rejudge, through
-  ci/gpu/record.serve_record).
+  ci/gpu/record.serve_record);
+- a GPU pytest session keeps its tests' figures as a cell does (``python -m ci.gpu record --junit ... --figures``).
 
 A test with no figures keeps its outcome as run; a record with none at all is *not re-judgeable*, and the page says
 so where the judge changed since it ran (its verdict is the judge of its day's).
@@ -101,8 +102,8 @@ def _gpu(record: evidence.Record) -> Judged:
         tests = _gpu_tests(record)
     except (OSError, ValueError, KeyError, evidence.RecordError):
         tests = None
-    if tests is None:
-        return Judged(record.status, record.status, record.tests, 0, [])
+    if tests is None:  # a pytest session: its tests' own figures, as a cell's
+        return _cell(record)
     was = {t["test"]: t for t in record.tests}
     moved = [f"{t['test']}: {was[t['test']]['outcome']} as run -> {t['outcome']} ({t.get('message', '')[:120]})"
              for t in tests if t["test"] in was and was[t["test"]]["outcome"] != t["outcome"]]

@@ -176,3 +176,23 @@ def test_every_record_cpu_and_gpu_is_judged_again_in_seconds():
     seconds = time.monotonic() - started
     assert len(judged) == len(records) > 100
     assert seconds < 10, f"{len(records)} records took {seconds:.1f} s"
+
+
+def test_a_gpu_session_keeps_its_figures_and_is_judged_again_from_them(tmp_path, monkeypatch):
+    from ci.gpu.__main__ import main
+
+    monkeypatch.setattr(gpu_record, "OUT", tmp_path / "out")
+    junit = tmp_path / "junit.xml"
+    junit.write_text("<testsuite timestamp='2026-12-07T09:00:00'><testcase classname='tests.contract.test_hidden_states' "
+                     "name='test_hidden_states_equal_hf_at_every_layer' time='1'/></testsuite>")
+    kept_file = tmp_path / "figures.jsonl"
+    monkeypatch.setenv(figures.ENV, str(kept_file))
+    figures.keep(HIDDEN, figures.layer_figures("within", {0: 6.7e-3}, device="cuda"))  # TF32 attention's worst
+    stamp = tmp_path / "stamp.json"
+    stamp.write_text(json.dumps({"commit": "c" * 40, "dirty": False, "suite": "0" * 16}))
+    assert main(["record", "--junit", str(junit), "--name", "h200-run9-core", "--stamp", str(stamp),
+                 "--figures", str(kept_file)]) == 0
+    (record,) = evidence.load(tmp_path / "out").values()
+    assert record.tests[0]["figures"] and ci_judge.rejudge(record).status == "pass"
+    monkeypatch.setattr(tolerance, "FLOAT32_CUDA", tolerance.Tolerance(5e-3, "tf32-attention", "a test's bound"))
+    assert ci_judge.rejudge(record).status == "fail"
