@@ -1,0 +1,31 @@
+"""On PYTHONPATH: torch in this interpreter (and in every process it starts with the same environment) reports AMX
+tiles, so vLLM's host choices (``_get_attn_isa``, the CPU platform's AMX_MLA) take their AMX branch on a host
+without tiles.  The AMX-host remedies of tests/contract/amx_host.py and compat/amx.py are proven with it here: the
+failure they avoid shows with it and the remedy left out, and goes with the remedy.  Only the Python answer
+changes; a kernel that really executes AMX instructions would fault (SIGILL), which is why the remedies keep
+those kernels out."""
+
+import importlib.abc
+import importlib.util
+import sys
+
+
+class _TorchTiles(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name != "torch":
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec("torch")
+        if spec is None or spec.loader is None:
+            return spec
+        run = spec.loader.exec_module
+
+        def exec_module(module):
+            run(module)
+            module._C._cpu._is_amx_tile_supported = lambda: True
+
+        spec.loader.exec_module = exec_module
+        return spec
+
+
+sys.meta_path.insert(0, _TorchTiles())
