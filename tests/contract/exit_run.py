@@ -28,8 +28,9 @@ if __name__ == "__main__":  # vLLM spawns its worker on CPU: it imports this fil
     without = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = without
     spec.loader.exec_module(without)
+    dtype = {"dtype": sys.argv[3]} if len(sys.argv) > 3 else {}  # 'auto' unless the harness names one
     gen = installed.VllmHiddenStatesGenerator(sys.argv[1], layer_ids=[0, 1], max_model_len=512,
-                                              tensor_parallel_size=1)
+                                              tensor_parallel_size=1, **dtype)
     out = gen.generate([[5, 6, 7, 8, 9]])
     twin = object.__new__(without.VllmHiddenStatesGenerator)
     twin.executor = gen.executor
@@ -61,8 +62,9 @@ def without_p37(installed: str) -> str:
     return installed.replace(applied[0].replacement, applied[0].anchor, 1)
 
 
-def start(model: str, out_dir: Path) -> dict:
-    """The script in a new interpreter (its worker spawned by vLLM), the installed files holding the full set."""
+def start(model: str, out_dir: Path, dtype: str | None = None) -> dict:
+    """The script in a new interpreter (its worker spawned by vLLM), the installed files holding the full set;
+    ``dtype`` passed to the generator (p02's argument) where 'auto' cannot run on this host (amx_host.py)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     installed = installed_generator()
     variant = out_dir / "without_quiet_del.py"
@@ -72,7 +74,8 @@ def start(model: str, out_dir: Path) -> dict:
     stdout, stderr = out_dir / "exit.stdout", out_dir / "exit.stderr"
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # a user's script: the lane as installed
     with open(stdout, "wb") as out, open(stderr, "wb") as err:
-        proc = subprocess.Popen([sys.executable, str(script), model, str(variant)], stdout=out, stderr=err,
+        proc = subprocess.Popen([sys.executable, str(script), model, str(variant), *([dtype] if dtype else [])],
+                                stdout=out, stderr=err,
                                 cwd=out_dir, env=env)
     return {"proc": proc, "started": time.monotonic(), "installed": str(installed), "variant": str(variant),
             "stdout": stdout, "stderr": stderr}

@@ -51,7 +51,7 @@ os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 from tests.contract import confirm_api, confirm_runs, exit_run, generator_runs, observers, processes, variants  # noqa: E402
-from tests.contract.amx_host import bf16_not_run  # noqa: E402
+from tests.contract.amx_host import bf16_steer, with_block_size  # noqa: E402
 from tests.contract.settings import Settings, resolve  # noqa: E402
 
 #: the calls of each generator run of a cell (prompts per call): the proofs' batches cross 11 and 32
@@ -76,6 +76,7 @@ class Run:
     observe: Callable | None = None  # the live engine -> facts (tests/contract/observers.py)
     vllm_binding: bool = False  # vLLM binds the worker's threads as by default (no VLLM_CPU_* binding variable)
     left_out: tuple = ()  # the patches this run's tree leaves out (a proof)
+    block_size: int | None = None  # the generator's CacheConfig block size (None: the platform's; amx_host.py)
     background: bool = False  # started as soon as its tree is written, collected at the end
     serves: dict = field(default_factory=dict, hash=False)  # patch id -> a generate()-only variant it also drives
 
@@ -206,6 +207,8 @@ class Runner:
         except BaseException as exc:  # noqa: BLE001 - a variant that does not import: its proof reads why
             return self._done(run, files, {"ok": False, "stage": "import", "calls": [],
                                            "error": confirm_api.error_report(exc)})
+        if run.block_size is not None:
+            module = with_block_size(module, run.block_size)
         seen = {}
 
         def after(gen):
@@ -290,20 +293,28 @@ def cell(settings: Settings, parts, together=(), only=None, sizes=None) -> dict:
     full_set = variants.stamps()
     confirm_started = confirm_runs.start(settings, confirm_dir) if "confirm" in parts else None
     # p37's exit run goes with the proofs (it is one); its engine keeps dtype 'auto', as a user's script does
-    not_run = bf16_not_run() if settings.on_cpu else ""  # a bfloat16 engine dies on this host (amx_host.py)
+    # a bfloat16 engine at the platform's block size dies on an AMX host with vllm-cpu 0.12-0.16 (amx_host.py):
+    # there the bf16 run takes block size 16 and the exit run float32, each saying so in its report
+    steer = bf16_steer() if settings.on_cpu else {}
+    not_run = steer.get("not_run", "")
     exit_started = None
     if full and "proofs" in parts:
         if not_run:
             doc["exit"] = {"not_run": not_run}
         else:
-            exit_started = exit_run.start(settings.model, runner.root / "exit")
+            exit_started = exit_run.start(settings.model, runner.root / "exit", dtype="float32" if steer else None)
+            if steer:
+                exit_started["steered"] = {"dtype": "float32", "why": steer["why"]}
             if settings.one_engine_at_a_time:
                 exit_run.wait_until_read(exit_started)
     lap("confirm started")
     if "bf16" in parts and not_run:
         doc["bf16"] = {"not_run": not_run}
     elif "bf16" in parts:
-        doc["bf16"] = {"run": runner.run(Run("bf16", calls="bf16", dtype="bfloat16"))}
+        doc["bf16"] = {"run": runner.run(Run("bf16", calls="bf16", dtype="bfloat16",
+                                             block_size=steer.get("block_size")))}
+        if steer:
+            doc["bf16"]["steered"] = {"block_size": steer["block_size"], "why": steer["why"]}
         lap("bf16")
     if confirm_started is not None:
         confirm = confirm_runs.forked_runs(settings, confirm_dir, reference, layers)
@@ -409,7 +420,8 @@ def cell(settings: Settings, parts, together=(), only=None, sizes=None) -> dict:
         doc["confirm"] = confirm_runs.finish(confirm_dir, confirm_started, confirm)
         lap("waited for confirm's command line and vllm-extract run")
     if exit_started is not None:
-        doc["exit"] = exit_run.finish(exit_started)
+        doc["exit"] = {**exit_run.finish(exit_started), **({"steered": exit_started["steered"]}
+                                                            if "steered" in exit_started else {})}
         lap("waited for the exit run")
     if binding:
         together_run = doc["proofs"]["runs"]["+".join(together)]

@@ -11,18 +11,26 @@ import sys
 
 
 class _TorchTiles(importlib.abc.MetaPathFinder):
+    """Wraps the loader of every spec found for ``torch`` (importlib.util.find_spec asks without importing), and
+    leaves sys.meta_path once torch has really been executed."""
+
     def find_spec(self, name, path=None, target=None):
         if name != "torch":
             return None
         sys.meta_path.remove(self)
-        spec = importlib.util.find_spec("torch")
+        try:
+            spec = importlib.util.find_spec("torch")
+        finally:
+            sys.meta_path.insert(0, self)
         if spec is None or spec.loader is None:
             return spec
-        run = spec.loader.exec_module
+        run, hook = spec.loader.exec_module, self
 
         def exec_module(module):
             run(module)
             module._C._cpu._is_amx_tile_supported = lambda: True
+            if hook in sys.meta_path:
+                sys.meta_path.remove(hook)
 
         spec.loader.exec_module = exec_module
         return spec
