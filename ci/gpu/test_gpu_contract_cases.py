@@ -9,7 +9,7 @@ read from its log and written with its results (``$GPU_SERVE_RECORDS``: ci/gpu/s
 runs the V1 runner on the tiny Llama.
 
 ``GPU_CASES_DTYPES`` (default ``bfloat16,float32``) picks the dtypes.  The TP=2 case needs two GPUs: on one it is
-skipped with that reason (a skip, never a pass); run it with ``-m parallel`` on a two-GPU machine.
+skipped with that reason (a skip, never a pass); on a two-GPU machine it runs (``-k tp2`` alone).
 """
 
 from __future__ import annotations
