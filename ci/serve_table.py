@@ -139,7 +139,18 @@ def saved_says(doc: dict, key: str, part: str, keys: dict[str, str]) -> str:
         said += f"; worst row {max(rows):.2e}"
     if doc.get("bound"):
         said += f" (bound {float(doc['bound']):.0e})"
-    return said + f"; {str(doc.get('date', ''))[:10]}, commit `{str(doc.get('commit') or 'none')[:10]}`"
+    said += f"; {str(doc.get('date', ''))[:10]}, commit `{str(doc.get('commit') or 'none')[:10]}`"
+    return said + f"; {plan_says(keys.get(key, key))}"
+
+
+def plan_says(patch_id: str) -> str:
+    """Whether ``compat plan`` counts the patch proven (compat/proof_evidence.py): a saved proof record is quoted here,
+    and the catalogue says the same, but only the records that table reads make the plan call it proven."""
+    from compat.proven import evidence as proven
+
+    if not proven(patch_id):  # no figure here: every figure of a row is one its record holds
+        return "`compat plan`: never proven (it counts no record of this proof)"
+    return "`compat plan`: proven (by the records compat/proof_evidence.py lists)"
 
 
 def saved(root: Path, lane: str) -> list[tuple[str, str, str, dict]]:
