@@ -323,8 +323,9 @@ def test_the_page_shows_the_serve_cells_in_their_own_section_with_counts_and_sta
     assert "| 0.32.0 | 0.9.0 | serve | not run yet |" in unrun
 
 
-def test_a_passing_cell_names_the_proofs_its_host_could_not_run():
-    """A skip that says NOT RUN (a host fact: tests/contract/serve/amx_host.py) is named on the page by its test file;
+def test_a_cell_whose_host_could_not_run_a_claim_is_incomplete_not_pass():
+    """A skip that says NOT RUN (a host fact: tests/contract/serve/amx_host.py) makes the cell "incomplete", never a
+    pass, and is named on the page by its test file;
     an ordinary skip (not needed on this release) is only counted."""
     tests = ([{"test": "tests/contract/serve/test_k11_proof.py::a", "outcome": "passed", "seconds": 1.0}]
              + [{"test": f"tests/contract/serve/test_k{k}_proof.py::{side}", "outcome": "skipped", "seconds": 0.0,
@@ -334,8 +335,10 @@ def test_a_passing_cell_names_the_proofs_its_host_could_not_run():
     records = {"vllm0.32.0-spec0.9.0": _record("vllm0.32.0-spec0.9.0", "pass", tests=tests, contract_seconds=90.0,
                                                path="serve")}
     serve = coverage.render(DATA, records, {}, suite=SUITE, gpu={}).split("## Modern path", 1)[1]
-    assert ("| 0.32.0 | 0.9.0 | serve | **pass** (1 passed, 5 skipped; NOT RUN on its host: test_k3_proof, "
-            "test_k4_proof, 90 s) |") in serve
+    assert ("| 0.32.0 | 0.9.0 | serve | **incomplete**: its oracle or proofs did not run (1 passed, 5 skipped; "
+            "NOT RUN on its host: test_k3_proof, test_k4_proof, 90 s) |") in serve
+    assert "Totals: incomplete 1, not run" in serve and "pass" not in serve.split("Totals: ", 1)[1].split("\n", 1)[0]
+    assert "**pass**" not in serve.split("Totals", 1)[0].split("| vllm-cpu |", 1)[1]
 
 
 def test_a_serve_cell_runs_its_lanes_serve_tests_and_writes_a_serve_record(tmp_path, monkeypatch):
