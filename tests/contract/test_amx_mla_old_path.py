@@ -45,7 +45,10 @@ def deepseek(vllm_installed):
 def start(model: str, tiles: bool, tmp_path) -> subprocess.CompletedProcess:
     script = tmp_path / f"start_{tiles}.py"
     script.write_text(START)
-    path = os.pathsep.join(filter(None, (str(FAKE_AMX) if tiles else "", os.environ.get("PYTHONPATH"))))
+    # the fake only where asked: a suite run with fake_amx on PYTHONPATH must not pass it to the host's own start
+    inherited = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep)
+                 if p and os.path.realpath(p) != os.path.realpath(FAKE_AMX)]
+    path = os.pathsep.join([str(FAKE_AMX)] * tiles + inherited)
     env = {**os.environ, "PYTHONPATH": path, "VLLM_CPU_KVCACHE_SPACE": "1"}
     return subprocess.run([sys.executable, str(script), model], cwd=tmp_path, env=env, capture_output=True,
                           text=True, timeout=900)

@@ -85,7 +85,7 @@ def extract_confirm(kind, vllm_installed, tmp_path_factory):
         if cpu_mla:  # confirm runs the user's generator, which takes no backend: the kit's plan says NO here
             _RUNS[kind] = (model, {"not_run": f"NOT RUN on this host: {cpu_mla}; compat confirm drives speculators' "
                                               "generator, which takes no attention backend, and the kit's plan says "
-                                              "NO for float32 MLA models here"})
+                                              "NO for float32 MLA models on such a host (compat/amx.py)"})
         else:
             compat()  # every needed patch applied (confirm runs the patched generator)
             out = tmp_path_factory.mktemp(f"extract-{kind}")
