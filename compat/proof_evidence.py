@@ -30,5 +30,6 @@ PROVEN = {
     'vllm.serve.cpu_connector': (('0.25', 'cpu', 'serve', 'docs/coverage/records/vllm0.25.0-spec0.9.0.json', 'v1'), ('0.29', 'cpu', 'serve', 'docs/coverage/records/vllm0.29.0-spec0.8.1.json', 'v1'), ('0.32', 'cpu', 'serve', 'docs/coverage/records/vllm0.32.0-spec0.9.0.json', 'v1')),  # noqa: E501
     'vllm.serve.cpu_fp64_gumbel': (('0.24', 'cpu', 'serve', 'docs/coverage/records/vllm0.24.0-spec0.9.0.json', 'v1'),),  # noqa: E501
     'vllm.serve.cpu_runner_aux_layers': (('0.21', 'cpu', 'serve', 'docs/coverage/records/vllm0.21.0-spec0.9.0.json', 'v1'),),  # noqa: E501
-    'vllm.serve.deepseek_final_layer': (('0.20', 'cuda', 'serve', 'docs/gpu/serve/call15_junit_k4dense.xml', 'v1'),),  # noqa: E501
+    'vllm.serve.deepseek_final_layer': (('0.20', 'cuda', 'serve', 'docs/gpu/serve/call15_junit_k4dense.xml', 'v1'), ('0.21', 'cpu', 'serve', 'docs/coverage/records/vllm0.21.0-spec0.9.0.json', 'v1'), ('0.24', 'cpu', 'serve', 'docs/coverage/records/vllm0.24.0-spec0.9.0.json', 'v1')),  # noqa: E501
+    'vllm.serve.hybrid_block_size': (('0.24', 'cpu', 'serve', 'docs/coverage/records/vllm0.24.0-spec0.9.0.json', 'v1'),),  # noqa: E501
 }
