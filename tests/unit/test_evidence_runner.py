@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -106,6 +107,13 @@ def test_a_gpu_serve_call_whose_servers_name_two_runners_proves_nothing(repo):
     assert _k("k1") not in evidence.evidence(repo)
 
 
+def is_proven(patch_id: str, runner) -> bool:
+    """Whether compat.proven counts a needed 0.4.x decision for ``patch_id`` on vLLM 0.32 (cpu) as proven on
+    ``runner``, through the plan's own entry point."""
+    decision = SimpleNamespace(verdict="needed", variant="0.4.x", patch=SimpleNamespace(id=patch_id))
+    return proven.unproven([decision], "0.32.0", "cpu", runner) == []
+
+
 def test_a_v2_record_proves_on_v2_only(repo, monkeypatch):
     monkeypatch.setattr(proof_evidence, "PROVEN", {k: tuple(v) for k, v in evidence.evidence(repo).items()})
     assert proven.proven_on("patch.left_out_on_v2", "0.33", "0.4.x", "v2") == ["cuda"]
@@ -113,10 +121,10 @@ def test_a_v2_record_proves_on_v2_only(repo, monkeypatch):
     assert proven.proven_on("patch.left_out_on_v1", "0.33", "0.4.x", "v1") == ["cuda"]
     assert proven.proven_on("patch.left_out_on_v1", "0.33", "0.4.x", "v2") == []
     on_v2, on_v1 = Runner(frozenset({"v2"}), "V2"), Runner(frozenset({"v1"}), "V1")
-    assert proven._proven("patch.loo_v2", "0.32", "0.4.x", "cpu", on_v2)
-    assert not proven._proven("patch.loo_v2", "0.32", "0.4.x", "cpu", on_v1)
-    assert proven._proven("patch.loo_old", "0.32", "0.4.x", "cpu", on_v1)  # named none: V1
-    assert not proven._proven("patch.loo_old", "0.32", "0.4.x", "cpu", on_v2)
+    assert is_proven("patch.loo_v2", on_v2)
+    assert not is_proven("patch.loo_v2", on_v1)
+    assert is_proven("patch.loo_old", on_v1)  # named none: V1
+    assert not is_proven("patch.loo_old", on_v2)
 
 
 def test_the_serve_catalogue_says_the_runner_of_each_record(repo, monkeypatch):
@@ -138,6 +146,6 @@ def test_the_serve_catalogue_says_the_runner_of_each_record(repo, monkeypatch):
     assert "`vllm0.32.0-spec0.9.0` (vLLM 0.32.0)" in said, said  # V1: worded as before runners were named
     monkeypatch.setattr(proof_evidence, "PROVEN", {k1.id: (("0.32", "cpu", "serve", "r-old"),
                                                            ("0.33", "cuda", "serve", "r-v2", "v2"))})
-    shipped = serve_proofs._shipped_status(k1)
+    shipped = serve_proofs.status(k1, repo / "installed")  # no tests/ beside it: what an installed kit says
     assert "vLLM 0.32 (cpu), `r-old`" in shipped and "vLLM 0.33 (cuda, Model Runner V2), `r-v2`" \
         in shipped, shipped
