@@ -306,8 +306,8 @@ def leave_one_out(root: Path) -> str:
     others = [pid for key, pid in sorted(keys.items(), key=lambda k: int(k[0][1:])) if key not in measured]
     if others:
         lines.append(f"| {', '.join(f'`{p}`' for p in others)} | no left-out record here (their proofs' records: "
-                     "the README's serve table) | | | not measured with self; where a left-out run is an ERROR, it "
-                     "comes before any reference, so self's verdict is the same ERROR |")
+                     "docs/modern-path.md's serve table) | | | not measured with self; where a left-out run is an "
+                     "ERROR, it comes before any reference, so self's verdict is the same ERROR |")
     lines.append("| old path's silent-WRONG proofs | the generator path | | WRONG | not applicable: `--reference self` "
                  "is the serve path's (the generator path refuses it as a usage error) |")
     return "\n".join(lines) + "\n"

@@ -107,7 +107,8 @@ def test_no_readme_line_or_plan_row_cites_a_run_without_a_commit():
 
 
 def readme_serve_table() -> list[str]:
-    return readme.block((ROOT / "README.md").read_text()).splitlines()
+    """The serve table's lines (docs/modern-path.md, ``readme.PAGE``)."""
+    return readme.block(readme.PAGE.read_text()).splitlines()
 
 
 def test_catalogue_readme_and_plan_say_the_same_of_every_serve_proof():

@@ -21,6 +21,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
+#: the maintainers' page: the two commands' measured figures, which the README only summarises
+MAINTAINERS = ROOT / "docs" / "maintainers.md"
 
 
 @dataclass
@@ -167,7 +169,7 @@ def test_the_activate_line_follows_specdec_compat_cache(tmp_path):
 
 
 def test_use_it_says_where_the_kit_is_installed():
-    command = readme_command("pip", "install")
+    command = readme_command("pip", "install", ".")
     assert "vLLM and speculators" in command.comment
 
 
@@ -176,10 +178,29 @@ def test_use_it_says_where_the_kit_is_installed():
 FIGURE = re.compile(r"(\d+(?:\.\d+)?) (min|s|GB)\b")
 
 
-def top_paragraph() -> str:
-    text = README.read_text()
+def top_paragraph(page: Path = MAINTAINERS) -> str:
+    """The paragraph after the page's first code block: the two commands (README.md: its short line of figures;
+    docs/maintainers.md, "The two commands: time and disk": the measured paragraph)."""
+    text = page.read_text()
     after = text.split("```", 2)[2]  # after the first code block: the two commands
     return " ".join(after.strip().split("\n\n", 1)[0].split())
+
+
+def test_the_two_commands_are_the_readmes_first_code_and_their_figures_are_the_records():
+    """The README opens with the two commands, then a short line of figures, each the record's."""
+    record = json.loads((ROOT / "docs" / "first_hour.json").read_text())
+    text = README.read_text()
+    first = text.split("```", 2)[1]
+    assert [c.raw for c in readme_commands("```" + first + "```")] == ["python3 fixtures/lanes.py demo",
+                                                                       "python3 fixtures/lanes.py test"]
+    assert first == MAINTAINERS.read_text().split("```", 2)[1]  # the page's figures are for the same two commands
+    line = top_paragraph(README)
+    expected = {f"`demo` {record['demo']['cold_minutes']:g} min", f"`test` {record['test']['after_demo_minutes']:g} min",
+                f"{record['disk_gb']['total']:g} GB of disk"}
+    assert all(e in line for e in expected), (expected, line)
+    figures = {f"{float(n):g} {u}" for n, u in FIGURE.findall(line)}
+    assert figures == {f"{record['demo']['cold_minutes']:g} min", f"{record['test']['after_demo_minutes']:g} min",
+                       f"{record['disk_gb']['total']:g} GB"}, figures
 
 
 def test_the_time_and_disk_next_to_the_two_commands_are_the_records():
@@ -208,9 +229,10 @@ def test_the_time_and_disk_next_to_the_two_commands_are_the_records():
 
 
 def test_the_silent_first_contract_test_is_quoted_from_the_record():
-    """Issue 31.8: the README and lanes.py's note give pytest's silence on test_confirm_cli.py as measured."""
+    """Issue 31.8: the maintainers' page and lanes.py's note give pytest's silence on
+    test_confirm_cli.py as measured."""
     record = json.loads((ROOT / "docs" / "first_hour.json").read_text())["shared"]
     quoted = f"{record['first_contract_test_silent_minutes']} min at load {record['load']}"
-    assert quoted in " ".join(README.read_text().split())
+    assert quoted in " ".join(MAINTAINERS.read_text().split())
     assert quoted in (ROOT / "fixtures" / "lanes.py").read_text() or "first_contract_test_silent_minutes" in \
         (ROOT / "fixtures" / "lanes.py").read_text()

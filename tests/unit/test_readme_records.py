@@ -1,6 +1,7 @@
-"""Issue 29.9: every result the README's serve table quotes comes from the record its row names.
+"""Issue 29.9: every result the serve table quotes comes from the record its row names.
 
-The block between the README's markers is regenerated from the records (``python -m ci readme``) and must equal
+The table sits in docs/modern-path.md (``readme.PAGE``).  The block between the
+page's markers is regenerated from the records (``python -m ci readme``) and must equal
 the committed one, so a hand-edited figure fails.  Independently of the renderer, every figure a row quotes
 (outside code spans: paths, patch ids and commits are names, not figures) is looked up in the record that row
 names; a row that names no record quotes no figure.  A lane whose proofs no cell records (serve-k2) must save its
@@ -59,11 +60,11 @@ def unheld(block: str, root: Path = ROOT) -> list[str]:
 
 
 def committed() -> str:
-    return readme.block((ROOT / "README.md").read_text())
+    return readme.block(readme.PAGE.read_text())
 
 
 def test_the_readme_block_is_what_the_records_give():
-    assert committed() == serve_table.render(), "the README's serve block is stale or edited: run python -m ci readme"
+    assert committed() == serve_table.render(), "the serve block is stale or edited: run python -m ci readme"
 
 
 def test_every_figure_in_the_block_is_in_the_record_its_row_names():
@@ -128,15 +129,22 @@ def test_take_copies_only_the_proof_records_of_the_lane(tmp_path, monkeypatch):
     assert all(p.parent == tmp_path / "repo" / serve_table.SAVED / "serve-k2" for p in copied)
 
 
-def test_check_fails_on_an_edited_readme_and_write_mends_it(tmp_path):
-    shutil.copy(ROOT / "README.md", tmp_path / "README.md")
+def test_check_fails_on_an_edited_page_and_write_mends_it(tmp_path):
+    page = tmp_path / readme.PAGE.relative_to(ROOT)
+    page.parent.mkdir(parents=True)
+    shutil.copy(readme.PAGE, page)
     shutil.copytree(ROOT / serve_table.CELLS, tmp_path / serve_table.CELLS)
     shutil.copytree(ROOT / serve_table.SAVED, tmp_path / serve_table.SAVED)
-    text = (tmp_path / "README.md").read_text()
-    (tmp_path / "README.md").write_text(text.replace(" passed, ", " passed,  ", 1))
+    text = page.read_text()
+    page.write_text(text.replace(" passed, ", " passed,  ", 1))
     assert readme.write(check=True, root=tmp_path) == 1
     assert readme.write(root=tmp_path) == 0 and readme.write(check=True, root=tmp_path) == 0
-    assert (tmp_path / "README.md").read_text() == text
+    assert page.read_text() == text
+
+
+def test_the_readme_links_the_page_that_holds_the_table():
+    assert readme.PAGE == ROOT / "docs" / "modern-path.md" and readme.BEGIN not in (ROOT / "README.md").read_text()
+    assert "](docs/modern-path.md)" in (ROOT / "README.md").read_text()
 
 
 def test_lanes_that_are_no_cell_save_a_record_in_each_proof_they_run():
