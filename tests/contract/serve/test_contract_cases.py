@@ -182,8 +182,10 @@ def request(server, spec, label: str, prompt: list[int], salt: str | None = None
     responses: list = []
     client = _Salted(openai.Client(base_url=server.endpoint, api_key="EMPTY", max_retries=0), salt, responses)
     hits_before, log_before = server.metric(PREFIX_HITS), len(server.log_text())
-    path, _ = generate_hidden_states(client, spec.model, {"input_ids": list(prompt)},
-                                     timeout=spec.client_timeout_s, max_retries=0)
+    out = generate_hidden_states(client, spec.model, {"input_ids": list(prompt)},
+                                 timeout=spec.client_timeout_s, max_retries=0)
+    # speculators 0.9.0 returns (path, kv_transfer_params); 0.5.0-0.8.1 return the path alone
+    path = out[0] if isinstance(out, tuple) else out
     if os.path.exists(path + ".lock"):
         wait_for_lock(path + ".lock", timeout=60.0)
     kept = spec.work_dir / "files" / f"{label}.safetensors"
