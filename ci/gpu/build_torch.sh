@@ -16,9 +16,11 @@ rm -rf torchw && mkdir -p torchw
 for s in torch==2.14.0 nvidia-nccl-cu13==2.30.7 torchvision==0.29.0; do $DL -d torchw "$s"; done
 # what vLLM 0.34.0's CUDA path imports and the GPU image lacks (its METADATA against 0.26.0's; measured on an H100,
 # 2026-12-07): FLASH_ATTN_MLA's engine start imports vllm/v1/attention/backends/flashinfer.py ('No module named
-# flashinfer' without it) and FlashAttention's CuTe prefill path imports cutlass (flash_attn.py:1785, 'No module
-# named cutlass'); httpcore2 (the API server's HTTP client) imports truststore.  FlashInfer 0.7.3, vLLM's pin, is
-# not on the registry: 0.7.4, with its own requirements.
+# flashinfer' without it) and the CUDA kernel warm-up of every model imports cutlass, quack and cuda.bindings
+# (gpu_worker.py:1070 -> kernel_warmup.py:366-372 -> models/minimax_m3/nvidia/ops/index_decode_score.py:16-21,
+# unguarded: 'No module named cutlass'; device.sh and serve.sh put cutlass's dsl_packages folder on PYTHONPATH);
+# httpcore2 (the API server's HTTP client) imports truststore.  FlashInfer 0.7.3, vLLM's pin, is not on the
+# registry: 0.7.4, with its own requirements.
 for s in flashinfer-python==0.7.4 nvidia-cutlass-dsl==4.8.0 nvidia-cutlass-dsl-libs-base==4.8.0 \
          nvidia-cutlass-dsl-libs-core==4.8.0 nvidia-cutlass-dsl-libs-cu13==4.8.0 quack-kernels==0.6.5 \
          nvidia-cudnn-frontend==1.32.0 cuda-python==13.4.4 cuda-bindings==13.4.4 cuda-core==1.2.2 cuda-pathfinder \

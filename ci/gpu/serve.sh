@@ -22,6 +22,10 @@ step=${1:?prep | pytest NAME ARGS... | confirm DTYPE | bench ARGS...}
 export GPU_SERVE_COMMIT=$(cat "$WHEELS/../src.commit" 2>/dev/null || echo unknown)
 
 TP=""; [ -d "$T/torch/torch" ] && TP="$T/torch:"  # device.sh torch: vLLM >= 0.33's torch, first on the path
+# nvidia-cutlass-dsl keeps `cutlass` in nvidia_cutlass_dsl/dsl_packages, which only its .pth puts on sys.path, and
+# Python reads no .pth on PYTHONPATH: without this, vLLM 0.34.0's CUDA warm-up (kernel_warmup.py, every model)
+# dies on "No module named 'cutlass'"
+[ -d "$T/torch/nvidia_cutlass_dsl/dsl_packages" ] && TP="$TP$T/torch/nvidia_cutlass_dsl/dsl_packages:"
 
 serve_env() {  # one speculators (0.9.0) on the path: the payload's 0.4.0.1 (payload/spec) is left off
   for d in "$T/payload/site/vllm" "$T/part3" "$T/spec09"; do
