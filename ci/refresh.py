@@ -211,7 +211,7 @@ def main(args) -> int:
 
     proofs.write()
     coverage.write()
-    readme.write()  # the README's serve lanes quote the same records
+    readme.write()  # docs/modern-path.md's serve table quotes the same records
     self_reference_page.write()  # and docs/serve-self-reference.md the saved self-reference records
     bad = sorted(name for name, code in codes.items() if code)
     print(f"== refresh: {len(codes) - len(bad)} of {len(codes)} cell(s) exited 0" +
