@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -26,15 +27,50 @@ pytestmark = [pytest.mark.serve]
 K1 = "vllm.serve.cpu_connector"
 
 
+#: speculators' client gives up on a file's ``.lock`` after this long, with no flag to change it (0.9.0:
+#: data_generation/vllm_client.py, ``wait_for_lock_async(lock_path)`` with its default ``timeout=10.0``)
+CLIENT_LOCK_WAIT_S = 10.0
+#: vLLM's per-step line (``--enable-logging-iteration-details``, which confirm's serve runs pass)
+STEP_TIME = re.compile(r"Iteration\(\d+\):.*?iteration elapsed time: ([\d.]+) ms")
+
+
+def starved_lock_wait(doc: dict) -> str | None:
+    """Why an ERROR run is the host's doing, not the kit's or vLLM's, or None: speculators' client timed out
+    waiting on a file's ``.lock`` while the server's log shows an engine step at least as long as that wait (a
+    2-core host shared with another CI job starved the server: a 7 ms step took 10.1 s once).  Anything else,
+    a lock wait without such a step included, is no excuse."""
+    if doc.get("verdict") != "ERROR" or not doc.get("log") or not (doc.get("work_dir") or {}).get("path"):
+        return None
+    clients = sorted(Path(doc["work_dir"]["path"]).glob("call*/client.log"))
+    timed_out = [c for c in clients if {"wait_for_lock", "TimeoutError"} <= set(re.findall(
+        r"wait_for_lock|TimeoutError", c.read_text(errors="replace")))]
+    log = Path(doc["log"])
+    steps = [float(ms) / 1000 for ms in STEP_TIME.findall(log.read_text(errors="replace"))] if log.is_file() else []
+    if not timed_out or not steps or max(steps) < CLIENT_LOCK_WAIT_S:
+        return None
+    return (f"speculators' client gave up on a .lock after its fixed {CLIENT_LOCK_WAIT_S:g} s ({timed_out[0]}) while "
+            f"an engine step took {max(steps):.1f} s ({log}): the host starved the server")
+
+
 def confirm(model: str, name: str, *more: str) -> tuple[subprocess.CompletedProcess, dict]:
-    """The user's command; ``--keep-work-dir``: the tests read the server's log and the files after an OK run too."""
+    """The user's command; ``--keep-work-dir``: the tests read the server's log and the files after an OK run too.
+    Run once more, said and kept in the report as ``rerun_after``, only where the first run's ERROR was the
+    host starving the server past speculators' fixed lock wait (:func:`starved_lock_wait`)."""
     folder = work_dir(name)
     report = folder / "confirm.json"
-    proc = subprocess.run([sys.executable, "-m", "compat.confirm", "--path", "serve", "--model", model,
-                           "--json-file", str(report), "--keep-work-dir", *more],
-                          capture_output=True, text=True, timeout=1200)
+    argv = [sys.executable, "-m", "compat.confirm", "--path", "serve", "--model", model,
+            "--json-file", str(report), "--keep-work-dir", *more]
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=1200)
     print(proc.stdout[-3000:], proc.stderr[-3000:])
-    return proc, (json.loads(report.read_text()) if report.is_file() else {})
+    doc = json.loads(report.read_text()) if report.is_file() else {}
+    starved = starved_lock_wait(doc)
+    if starved:
+        print(f"rerun once: {starved}")
+        report.unlink()
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=1200)
+        print(proc.stdout[-3000:], proc.stderr[-3000:])
+        doc = {**(json.loads(report.read_text()) if report.is_file() else {}), "rerun_after": starved}
+    return proc, doc
 
 
 def test_kimi_k25_is_ok(vllm_base):
