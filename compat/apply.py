@@ -151,7 +151,7 @@ def _decide(args) -> int:
     decisions = list(verdicts.exclude(decisions, args.exclude))
     said, no = plan_said(surface, judged, found["vllm"][1])  # the plan's rules, printed on every path, and its NO (issue 29.5)
     device, runner = proven.device_of(surface), proven.runner_of(surface)
-    unproven_first = proven.summary(decisions, surface.version("vllm"), device, runner)
+    unproven_first = proven.summary(decisions, surface.version("vllm"), device, runner, surface.version("speculators"))
     if no is not None and mode in ("apply", "dry-run"):  # the plan's NO stops apply with the plan's exit code
         return _finish(args, mode, surface, Result(decisions=decisions, problems=[no]), lines=said["lines"],
                        **said["doc"])
@@ -165,7 +165,7 @@ def _decide(args) -> int:
         result.problems.append(no)
     # issue 19.4/19.17: what confirm cannot prove, and the needed patches no record proved on this release line
     lines = said["lines"] + proven.user_proofs(result.decisions)
-    unproven = proven.summary(result.decisions, surface.version("vllm"), device, runner)
+    unproven = proven.summary(result.decisions, surface.version("vllm"), device, runner, surface.version("speculators"))
     lines += [f"unproven: {unproven}"] if unproven else []
     return _finish(args, mode, surface, result, lines=lines, install=install, **said["doc"])
 

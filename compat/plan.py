@@ -123,7 +123,8 @@ def run(args: argparse.Namespace) -> int:
            "runner": {"runners": sorted(runner.runners), "text": runner.text},
            "unproven": [d.patch.id for d in proven.unproven(decisions, surface.version("vllm"), proven.device_of(surface),
                                                             runner)],
-           "unproven_path": proven.path_unproven(decisions, surface.version("vllm"), proven.device_of(surface), runner)}
+           "unproven_path": proven.path_unproven(decisions, surface.version("vllm"), proven.device_of(surface), runner,
+                                                 surface.version("speculators"))}
     rules = amx.rules_for(surface.packages.get("vllm"), vllm)
     if rules:  # as apply's JSON says them (compat.apply.plan_said)
         doc["rules"] = rules
@@ -331,7 +332,7 @@ def judge(decisions, surface, require_proven: bool = False) -> Answer:
                       "do not install blind", report.PATCH_PROBLEM)
     needed = [d for d in decisions if d.verdict == "needed"]
     device, runner = proven.device_of(surface), proven.runner_of(surface)
-    unproven = proven.summary(decisions, surface.version("vllm"), device, runner)
+    unproven = proven.summary(decisions, surface.version("vllm"), device, runner, surface.version("speculators"))
     if unproven and require_proven:
         return Answer("NO", f"--require-proven: {unproven}", report.PATCH_PROBLEM)
     losses = verdicts.known_losses(decisions)
@@ -370,7 +371,8 @@ def render(surface, sources: dict[str, str], decisions, answer: Answer, vllm: So
         lines.append(f"runner        {proven.runner_of(surface).text}")
     lines += proven.user_proofs(decisions) + host_notes(surface, vllm)
     lines += [amx.line(r) for r in amx.rules_for(surface.packages.get("vllm"), vllm)]  # NO for some models
-    unproven = proven.describe(decisions, surface.version("vllm"), proven.device_of(surface), proven.runner_of(surface))
+    unproven = proven.describe(decisions, surface.version("vllm"), proven.device_of(surface), proven.runner_of(surface),
+                               surface.version("speculators"))
     if unproven:
         lines.append(f"unproven: {unproven}")
     lines.append(str(answer))

@@ -33,3 +33,105 @@ PROVEN = {
     'vllm.serve.deepseek_final_layer': (('0.20', 'cuda', 'serve', 'docs/gpu/serve/call15_junit_k4dense.xml', 'v1'), ('0.21', 'cpu', 'serve', 'docs/coverage/records/vllm0.21.0-spec0.9.0.json', 'v1'), ('0.24', 'cpu', 'serve', 'docs/coverage/records/vllm0.24.0-spec0.9.0.json', 'v1')),  # noqa: E501
     'vllm.serve.hybrid_block_size': (('0.24', 'cpu', 'serve', 'docs/coverage/records/vllm0.24.0-spec0.9.0.json', 'v1'),),  # noqa: E501
 }
+
+#: (vLLM release line, device, generator, record, model runner[, speculators line of a serve record]) of each passing record of a path, patches proven or not
+RAN = (
+    ('0.11', 'cpu', '0.3.0', 'docs/coverage/records/vllm0.11.0-spec0.3.0.json', 'v1'),  # noqa: E501
+    ('0.12', 'cpu', '0.3.0', 'docs/coverage/records/vllm0.12.0-spec0.3.0.json', 'v1'),  # noqa: E501
+    ('0.12', 'cpu', '0.4.x', 'docs/coverage/records/vllm0.12.0-spec0.4.0.1.json', 'v1'),  # noqa: E501
+    ('0.13', 'cpu', '0.3.0', 'docs/coverage/records/vllm0.13.0-spec0.3.0.json', 'v1'),  # noqa: E501
+    ('0.13', 'cpu', '0.4.x', 'docs/coverage/records/vllm0.13.0-spec0.4.0.1.json', 'v1'),  # noqa: E501
+    ('0.14', 'cpu', '0.3.0', 'docs/coverage/records/vllm0.14.0-spec0.3.0.json', 'v1'),  # noqa: E501
+    ('0.14', 'cpu', '0.3.0', 'docs/coverage/records/vllm0.14.1-spec0.3.0.json', 'v1'),  # noqa: E501
+    ('0.14', 'cpu', '0.4.x', 'docs/coverage/records/vllm0.14.0-spec0.4.0.1.json', 'v1'),  # noqa: E501
+    ('0.14', 'cpu', '0.4.x', 'docs/coverage/records/vllm0.14.1-spec0.4.0.1.json', 'v1'),  # noqa: E501
+    ('0.15', 'cpu', '0.3.0', 'docs/coverage/records/vllm0.15.0-spec0.3.0.json', 'v1'),  # noqa: E501
+    ('0.15', 'cpu', '0.3.0', 'docs/coverage/records/vllm0.15.1-spec0.3.0.json', 'v1'),  # noqa: E501
+    ('0.15', 'cpu', '0.4.x', 'docs/coverage/records/vllm0.15.0-spec0.4.0.1.json', 'v1'),  # noqa: E501
+    ('0.15', 'cpu', '0.4.x', 'docs/coverage/records/vllm0.15.1-spec0.4.0.1.json', 'v1'),  # noqa: E501
+    ('0.16', 'cpu', '0.3.0', 'docs/coverage/records/vllm0.16.0-spec0.3.0.json', 'v1'),  # noqa: E501
+    ('0.16', 'cpu', '0.4.x', 'docs/coverage/records/vllm0.16.0-spec0.4.0.1.json', 'v1'),  # noqa: E501
+    ('0.17', 'cpu', '0.3.0', 'docs/coverage/records/vllm0.17.0-spec0.3.0.json', 'v1'),  # noqa: E501
+    ('0.17', 'cpu', '0.3.0', 'docs/coverage/records/vllm0.17.1-spec0.3.0.json', 'v1'),  # noqa: E501
+    ('0.17', 'cpu', '0.4.x', 'docs/coverage/records/vllm0.17.0-spec0.4.0.1.json', 'v1'),  # noqa: E501
+    ('0.17', 'cpu', '0.4.x', 'docs/coverage/records/vllm0.17.1-spec0.4.0.1.json', 'v1'),  # noqa: E501
+    ('0.18', 'cpu', '0.3.0', 'docs/coverage/records/vllm0.18.0-spec0.3.0.json', 'v1'),  # noqa: E501
+    ('0.18', 'cpu', '0.3.0', 'docs/coverage/records/vllm0.18.1-spec0.3.0.json', 'v1'),  # noqa: E501
+    ('0.18', 'cpu', '0.4.x', 'docs/coverage/records/vllm0.18.0-spec0.4.0.1.json', 'v1'),  # noqa: E501
+    ('0.18', 'cpu', '0.4.x', 'docs/coverage/records/vllm0.18.1-spec0.4.0.1.json', 'v1'),  # noqa: E501
+    ('0.19', 'cpu', '0.3.0', 'docs/coverage/records/vllm0.19.0-spec0.3.0.json', 'v1'),  # noqa: E501
+    ('0.19', 'cpu', '0.3.0', 'docs/coverage/records/vllm0.19.1-spec0.3.0.json', 'v1'),  # noqa: E501
+    ('0.19', 'cpu', '0.4.x', 'docs/coverage/records/vllm0.19.0-spec0.4.0.1.json', 'v1'),  # noqa: E501
+    ('0.19', 'cpu', '0.4.x', 'docs/coverage/records/vllm0.19.1-spec0.4.0.1.json', 'v1'),  # noqa: E501
+    ('0.19', 'cpu', 'serve', 'docs/coverage/records/vllm0.19.1-spec0.9.0.json', 'v1', '0.9'),  # noqa: E501
+    ('0.20', 'cpu', '0.3.0', 'docs/coverage/records/vllm0.20.0-spec0.3.0.json', 'v1'),  # noqa: E501
+    ('0.20', 'cpu', '0.3.0', 'docs/coverage/records/vllm0.20.1-spec0.3.0.json', 'v1'),  # noqa: E501
+    ('0.20', 'cpu', '0.3.0', 'docs/coverage/records/vllm0.20.2-spec0.3.0.json', 'v1'),  # noqa: E501
+    ('0.20', 'cpu', '0.4.x', 'docs/coverage/records/vllm0.20.0-spec0.4.0.1.json', 'v1'),  # noqa: E501
+    ('0.20', 'cpu', '0.4.x', 'docs/coverage/records/vllm0.20.1-spec0.4.0.1.json', 'v1'),  # noqa: E501
+    ('0.20', 'cpu', '0.4.x', 'docs/coverage/records/vllm0.20.2-spec0.4.0.1.json', 'v1'),  # noqa: E501
+    ('0.20', 'cuda', '0.4.x', 'docs/coverage/gpu/h200-set-moe.json', 'v1'),  # noqa: E501
+    ('0.20', 'cuda', 'serve', 'docs/coverage/gpu/h200-serve-moe-0.20.0.json', 'v1', '0.9'),  # noqa: E501
+    ('0.21', 'cpu', '0.3.0', 'docs/coverage/records/vllm0.21.0-spec0.3.0.json', 'v1'),  # noqa: E501
+    ('0.21', 'cpu', '0.4.x', 'docs/coverage/records/vllm0.21.0-spec0.4.0.1.json', 'v1'),  # noqa: E501
+    ('0.21', 'cpu', 'serve', 'docs/coverage/records/vllm0.21.0-spec0.9.0.json', 'v1', '0.9'),  # noqa: E501
+    ('0.22', 'cpu', '0.3.0', 'docs/coverage/records/vllm0.22.0-spec0.3.0.json', 'v1'),  # noqa: E501
+    ('0.22', 'cpu', '0.3.0', 'docs/coverage/records/vllm0.22.1-spec0.3.0.json', 'v1'),  # noqa: E501
+    ('0.22', 'cpu', '0.4.x', 'docs/coverage/records/vllm0.22.0-spec0.4.0.1.json', 'v1'),  # noqa: E501
+    ('0.22', 'cpu', '0.4.x', 'docs/coverage/records/vllm0.22.1-spec0.4.0.1.json', 'v1'),  # noqa: E501
+    ('0.23', 'cpu', '0.3.0', 'docs/coverage/records/vllm0.23.0-spec0.3.0.json', 'v1'),  # noqa: E501
+    ('0.23', 'cpu', '0.4.x', 'docs/coverage/records/vllm0.23.0-spec0.4.0.1.json', 'v1'),  # noqa: E501
+    ('0.24', 'cpu', '0.3.0', 'docs/coverage/records/vllm0.24.0-spec0.3.0.json', 'v1'),  # noqa: E501
+    ('0.24', 'cpu', '0.4.x', 'docs/coverage/records/vllm0.24.0-spec0.4.0.1.json', 'v1'),  # noqa: E501
+    ('0.24', 'cpu', 'serve', 'docs/coverage/records/vllm0.24.0-spec0.9.0.json', 'v1', '0.9'),  # noqa: E501
+    ('0.25', 'cpu', '0.3.0', 'docs/coverage/records/vllm0.25.0-spec0.3.0.json', 'v1'),  # noqa: E501
+    ('0.25', 'cpu', '0.3.0', 'docs/coverage/records/vllm0.25.1-spec0.3.0.json', 'v1'),  # noqa: E501
+    ('0.25', 'cpu', '0.4.x', 'docs/coverage/records/vllm0.25.0-spec0.4.0.1.json', 'v1'),  # noqa: E501
+    ('0.25', 'cpu', '0.4.x', 'docs/coverage/records/vllm0.25.1-spec0.4.0.1.json', 'v1'),  # noqa: E501
+    ('0.25', 'cpu', 'serve', 'docs/coverage/records/vllm0.25.0-spec0.5.0.json', 'v1', '0.5'),  # noqa: E501
+    ('0.25', 'cpu', 'serve', 'docs/coverage/records/vllm0.25.0-spec0.7.0.2.json', 'v1', '0.7'),  # noqa: E501
+    ('0.25', 'cpu', 'serve', 'docs/coverage/records/vllm0.25.0-spec0.9.0.json', 'v1', '0.9'),  # noqa: E501
+    ('0.26', 'cpu', '0.3.0', 'docs/coverage/records/vllm0.26.0-spec0.3.0.json', 'v1'),  # noqa: E501
+    ('0.26', 'cpu', '0.4.x', 'docs/coverage/records/vllm0.26.0-spec0.4.0.1.json', 'v1'),  # noqa: E501
+    ('0.26', 'cuda', '0.4.x', 'docs/coverage/gpu/h100-set-kh26a.json', 'v1'),  # noqa: E501
+    ('0.26', 'cuda', '0.4.x', 'docs/coverage/gpu/h100-set-kh26b.json', 'v1'),  # noqa: E501
+    ('0.26', 'cuda', 'serve', 'docs/coverage/gpu/h100-serve-moe-0.26.0.json', 'v1', '0.9'),  # noqa: E501
+    ('0.26', 'cuda', 'serve', 'docs/coverage/gpu/h100-serve-self-kh26natself.json', 'v1', '0.9'),  # noqa: E501
+    ('0.26', 'cuda', 'serve', 'docs/coverage/gpu/h100-serve-self-kh26self.json', 'v1', '0.9'),  # noqa: E501
+    ('0.26', 'cuda', 'serve', 'docs/coverage/gpu/h100-serve-self-real26self.json', 'v1', '0.9'),  # noqa: E501
+    ('0.27', 'cpu', '0.3.0', 'docs/coverage/records/vllm0.27.0-spec0.3.0.json', 'v1'),  # noqa: E501
+    ('0.27', 'cpu', '0.3.0', 'docs/coverage/records/vllm0.27.1-spec0.3.0.json', 'v1'),  # noqa: E501
+    ('0.27', 'cpu', '0.4.x', 'docs/coverage/records/vllm0.27.0-spec0.4.0.1.json', 'v1'),  # noqa: E501
+    ('0.27', 'cpu', '0.4.x', 'docs/coverage/records/vllm0.27.1-spec0.4.0.1.json', 'v1'),  # noqa: E501
+    ('0.28', 'cpu', '0.3.0', 'docs/coverage/records/vllm0.28.0-spec0.3.0.json', 'v1'),  # noqa: E501
+    ('0.28', 'cpu', '0.4.x', 'docs/coverage/records/vllm0.28.0-spec0.4.0.1.json', 'v1'),  # noqa: E501
+    ('0.29', 'cpu', '0.3.0', 'docs/coverage/records/vllm0.29.0-spec0.3.0.json', 'v1'),  # noqa: E501
+    ('0.29', 'cpu', '0.3.0', 'docs/coverage/records/vllmnightly-spec0.3.0.json', 'v1'),  # noqa: E501
+    ('0.29', 'cpu', '0.4.x', 'docs/coverage/records/vllm0.29.0-spec0.4.0.1.json', 'v1'),  # noqa: E501
+    ('0.29', 'cpu', '0.4.x', 'docs/coverage/records/vllmnightly-spec0.4.0.1.json', 'v1'),  # noqa: E501
+    ('0.29', 'cpu', 'serve', 'docs/coverage/records/vllm0.29.0-spec0.8.1.json', 'v1', '0.8'),  # noqa: E501
+    ('0.29', 'cpu', 'serve', 'docs/coverage/records/vllmnightly-spec0.9.0.json', 'v1', '0.9'),  # noqa: E501
+    ('0.30', 'cpu', '0.3.0', 'docs/coverage/records/vllm0.30.0-spec0.3.0.json', 'v1'),  # noqa: E501
+    ('0.30', 'cpu', '0.4.x', 'docs/coverage/records/vllm0.30.0-spec0.4.0.1.json', 'v1'),  # noqa: E501
+    ('0.31', 'cpu', '0.3.0', 'docs/coverage/records/vllm0.31.0-spec0.3.0.json', 'v1'),  # noqa: E501
+    ('0.31', 'cpu', '0.4.x', 'docs/coverage/records/vllm0.31.0-spec0.4.0.1.json', 'v1'),  # noqa: E501
+    ('0.32', 'cpu', '0.3.0', 'docs/coverage/records/vllm0.32.0-spec0.3.0.json', 'v1'),  # noqa: E501
+    ('0.32', 'cpu', '0.4.x', 'docs/coverage/records/vllm0.32.0-spec0.4.0.1.json', 'v1'),  # noqa: E501
+    ('0.32', 'cpu', 'serve', 'docs/coverage/records/vllm0.32.0-spec0.9.0.json', 'v1', '0.9'),  # noqa: E501
+    ('0.34', 'cuda', 'serve', 'docs/coverage/gpu/h100-cases-bf16-0.34.0.json', 'v2', '0.9'),  # noqa: E501
+    ('0.34', 'cuda', 'serve', 'docs/coverage/gpu/h100-cases-fp32-0.34.0.json', 'v2', '0.9'),  # noqa: E501
+    ('0.34', 'cuda', 'serve', 'docs/coverage/gpu/h100-serve-kh34nat.json', 'v2', '0.9'),  # noqa: E501
+    ('0.34', 'cuda', 'serve', 'docs/coverage/gpu/h100-serve-kh34natself.json', 'v2', '0.9'),  # noqa: E501
+    ('0.34', 'cuda', 'serve', 'docs/coverage/gpu/h100-serve-kh34noext.json', 'v2', '0.9'),  # noqa: E501
+    ('0.34', 'cuda', 'serve', 'docs/coverage/gpu/h100-serve-ll34.json', 'v2', '0.9'),  # noqa: E501
+    ('0.34', 'cuda', 'serve', 'docs/coverage/gpu/h100-serve-ll34self.json', 'v2', '0.9'),  # noqa: E501
+)
+
+#: (vLLM release line, device, extensible KV cache on/off, record) of each passing serve record on a release that turns it on by default
+KV_CACHE_RAN = (
+    ('0.34', 'cuda', 'off', 'docs/coverage/gpu/h100-serve-kh34noext.json'),  # noqa: E501
+    ('0.34', 'cuda', 'on', 'docs/coverage/gpu/h100-serve-kh34nat.json'),  # noqa: E501
+    ('0.34', 'cuda', 'on', 'docs/coverage/gpu/h100-serve-kh34natself.json'),  # noqa: E501
+    ('0.34', 'cuda', 'on', 'docs/coverage/gpu/h100-serve-ll34.json'),  # noqa: E501
+    ('0.34', 'cuda', 'on', 'docs/coverage/gpu/h100-serve-ll34self.json'),  # noqa: E501
+)

@@ -105,6 +105,13 @@ def _all_rows():
     return [row for patch_id in PROVEN for row in _rows(patch_id)]
 
 
+def _ran_rows():
+    """(release line, device, generator, record, runner) of each passing record of a path (``RAN``)."""
+    from .proof_evidence import RAN
+
+    return [tuple(row) for row in RAN]
+
+
 #: the generator column of a serve patch's evidence rows (its variant is a vLLM probe's value, not a generator)
 SERVE = "serve"
 
@@ -166,16 +173,20 @@ def unproven(decisions: Iterable, vllm_version: str | None, device: str | None =
             and not _proven(d.patch.id, line, _generator(d), device, runner)]
 
 
-def path_unproven(decisions: Iterable, vllm_version: str | None, device: str | None = None, runner=None) -> str | None:
+def path_unproven(decisions: Iterable, vllm_version: str | None, device: str | None = None, runner=None,
+                  speculators: str | None = None) -> str | None:
     """Why the whole path (the generator ``decisions`` are judged for, or ``serve``) is not proven on this release
-    line, device and runner: no record of it proved a patch there; None when one did."""
+    line, device and runner: no record of it passed there and none proved a patch there; None when one did.  A
+    passing serve record (``RAN``) names the speculators release line whose client ran; it counts only for that
+    line (``speculators``: the install's version; unknown, it counts for none)."""
     generators = {_generator(d) for d in decisions} - {None}
     if len(generators) != 1:
         return None  # no decision says which path: nothing to hold against the records
     generator, line, wanted = generators.pop(), release_line(vllm_version), _runners(runner)
     if not wanted:
         return f"its model runner is {runner.text}, so no record counts"
-    rows = _all_rows()
+    client = release_line(speculators) if speculators else None
+    rows = _all_rows() + [row[:5] for row in _ran_rows() if len(row) < 6 or row[5] == client]
     missing = [r for r in sorted(wanted) if not any(
         row[0] == line and device in (None, row[1]) and row[2] == generator and row[4] == r for row in rows)]
     if not missing:
@@ -194,12 +205,13 @@ def _on(vllm_version: str | None, device: str | None, runner=None, only=None) ->
     return f"vLLM {release_line(vllm_version)}" + (f" ({', '.join(where)})" if where else "")
 
 
-def summary(decisions: Iterable, vllm_version: str | None, device: str | None = None, runner=None) -> str | None:
+def summary(decisions: Iterable, vllm_version: str | None, device: str | None = None, runner=None,
+            speculators: str | None = None) -> str | None:
     """``N needed patch(es) never proven on vLLM X.Y (device, runner) with this generator: id, id``, led by why
     the whole path is not proven there when it is not; or None."""
     decisions = list(decisions)
     missing = unproven(decisions, vllm_version, device, runner)
-    path = path_unproven(decisions, vllm_version, device, runner)
+    path = path_unproven(decisions, vllm_version, device, runner, speculators)
     parts = [f"the path is unproven here: {path}"] if path else []
     if missing:
         parts.append(f"{len(missing)} needed patch(es) never proven on {_on(vllm_version, device, runner)} with this "
@@ -207,12 +219,13 @@ def summary(decisions: Iterable, vllm_version: str | None, device: str | None = 
     return "; ".join(parts) or None
 
 
-def describe(decisions: Iterable, vllm_version: str | None, device: str | None = None, runner=None) -> str | None:
+def describe(decisions: Iterable, vllm_version: str | None, device: str | None = None, runner=None,
+             speculators: str | None = None) -> str | None:
     """One line naming the unproven needed patches and where each was proven instead (led by why the whole path is
     not proven here, when it is not), or None."""
     decisions = list(decisions)
     missing = unproven(decisions, vllm_version, device, runner)
-    path = path_unproven(decisions, vllm_version, device, runner)
+    path = path_unproven(decisions, vllm_version, device, runner, speculators)
     parts = [f"the path is unproven here: {path}"] if path else []
     if missing:
         each = []

