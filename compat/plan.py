@@ -128,7 +128,7 @@ def run(args: argparse.Namespace) -> int:
     rules = amx.rules_for(surface.packages.get("vllm"), vllm)
     if rules:  # as apply's JSON says them (compat.apply.plan_said)
         doc["rules"] = rules
-    if not _wrote_json_file(args, doc):
+    if not report.wrote_json_file(args.json_file, doc):
         return report.ENVIRONMENT
     if args.json:
         print(json.dumps(doc, indent=2))
@@ -172,7 +172,7 @@ def unread_speculators(args: argparse.Namespace) -> int | None:
                     "(pip wheel --no-deps PATH) and pass the wheel; do not install blind")
     doc = {"schema": 1, "mode": "plan", "paired": {"speculators": f"read from {wanted}"}, "patches": [],
            "answer": str(answer), "exit_code": answer.exit_code}
-    if not _wrote_json_file(args, doc):
+    if not report.wrote_json_file(args.json_file, doc):
         return report.ENVIRONMENT
     print(json.dumps(doc, indent=2) if args.json else str(answer))
     return answer.exit_code
@@ -405,19 +405,6 @@ def host_notes(surface, vllm: Source | None = None) -> list[str]:
                      f"({where}); installed as {dist} it fails with 'Failed to infer device type': set "
                      "VLLM_TARGET_DEVICE=cpu (or install a metadata-only dist of that name)")
     return notes
-
-
-
-def _wrote_json_file(args, doc: dict) -> bool:
-    """Write ``doc`` to --json-file when one is given; False (said on stderr) when it cannot be written."""
-    if not args.json_file:
-        return True
-    try:
-        Path(args.json_file).write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n")
-    except OSError as exc:
-        print(f"error: cannot write {args.json_file}: {exc}", file=sys.stderr)
-        return False
-    return True
 
 
 if __name__ == "__main__":

@@ -79,6 +79,19 @@ def write_json(path: str | None, doc: dict) -> None:
         Path(path).write_text(render(doc))
 
 
+def wrote_json_file(path: str | None, doc: dict) -> bool:
+    """Write ``doc`` to --json-file when one is given; False (said on stderr, the OS's reason) when it cannot be
+    written, so a plan answers with the environment's exit code rather than a traceback."""
+    if not path:
+        return True
+    try:
+        write_json(path, doc)
+    except OSError as exc:
+        print(f"error: cannot write {path}: {exc}", file=sys.stderr)
+        return False
+    return True
+
+
 def unwritable(path: str | None) -> str | None:
     """Why ``path`` cannot take the JSON document, or None.  Asked before any change: a run that could
     not write its report afterwards would have changed files and then failed."""

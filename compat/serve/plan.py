@@ -411,8 +411,8 @@ def run(args) -> int:
            "runner": {"runners": sorted(runner.runners), "text": runner.text},
            "unproven": [d.patch.id for d in proven.unproven(decisions, version, device, runner)],
            "unproven_path": proven.path_unproven(decisions, version, device, runner, surface.version("speculators"))}
-    if getattr(args, "json_file", None):
-        Path(args.json_file).write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n")
+    if not report.wrote_json_file(getattr(args, "json_file", None), doc):
+        return report.ENVIRONMENT
     if getattr(args, "json", False):
         print(json.dumps(doc, indent=2))
     else:
