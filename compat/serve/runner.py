@@ -21,6 +21,7 @@ from compat.confirm.tolerance import EXCUSE_CEILING, routing_tie
 
 from . import checks, client, logit_bounds, recompute, reference, twin
 from . import files as files_module
+from .lock_wait import lock_wait_cause
 from .server import Server, ServerError, root_cause, tail
 from .spec import ServeSpec
 
@@ -132,6 +133,7 @@ def _run(spec: ServeSpec) -> ServeResult:
             if run.returncode != 0 or len(run.files) != len(call):
                 server_says = _symptom_lines(server.log_text())
                 cause = root_cause(server.log_text())  # the server's own reason first, where it died
+                cause = cause or lock_wait_cause(tail(run.log, 400), server.log_text())  # else a lock given up on
                 return _error(result, (f"{cause}\n" if cause else "")
                               + f"speculators generate-offline-data (call {index}, {len(call)} prompts) exit "
                               f"{run.returncode}, {len(run.files)} of {len(call)} files; server log:\n{server_says}\n"

@@ -64,7 +64,8 @@ def confirm(model: str, name: str, *more: str) -> tuple[subprocess.CompletedProc
     print(proc.stdout[-3000:], proc.stderr[-3000:])
     doc = json.loads(report.read_text()) if report.is_file() else {}
     starved = starved_lock_wait(doc)
-    if starved:
+    if starved:  # the user was told this cause, first (compat/serve/lock_wait.py)
+        assert "gave up waiting for a file's .lock" in (doc.get("reason") or "").splitlines()[0], doc.get("reason")
         print(f"rerun once: {starved}")
         report.unlink()
         proc = subprocess.run(argv, capture_output=True, text=True, timeout=1200)
