@@ -73,6 +73,7 @@ def confirmed(spec, log_text: str) -> dict:
             "ids_asked": list(spec.asked_ids or spec.layer_ids), "ids_served": list(spec.rows),
             "vllm": installed["vllm"], "speculators": installed["speculators"],
             "runner": runner, "runner_evidence": evidence,
+            **dict(zip(("kv_cache", "kv_cache_evidence"), kv_cache_of(log_text))),
             "device": spec.device, "device_name": installed["device_name"],
             "tensor_parallel_size": spec.tensor_parallel_size, "pipeline_parallel_size": spec.pipeline_parallel_size,
             "kit": kit_version()}
@@ -150,6 +151,29 @@ def runner_of(log_text: str, env: dict | None = None) -> tuple[str, str]:
     if (env or {}).get("VLLM_USE_V2_MODEL_RUNNER") == "0":
         return "V1", "VLLM_USE_V2_MODEL_RUNNER=0 in the server's environment (the log names no runner)"
     return UNKNOWN, "the server's log names no model runner"
+
+
+#: vLLM >= 0.34's extensible KV cache, as its server logs it: the worker's extend_kv_cache after warm-up logs
+#: "Extended KV cache to N blocks" (v1/worker/extensible_kv_cache.py), and --no-enable-extensible-kv-cache puts
+#: 'enable_extensible_kv_cache': False in the API server's "non-default args" line (entrypoints/common/startup.py)
+KV_CACHE_SIGNS = (("extensible", re.compile(r"\[extensible_kv_cache\.py:\d+\] Extended KV cache to \d+ blocks")),
+                  ("fixed", re.compile(r"non-default args: .*'enable_extensible_kv_cache': False")))
+
+
+def kv_cache_of(log_text: str) -> tuple[str, str]:
+    """("extensible" | "fixed" | "unknown", the line or reason that says so), read from the server's log as the
+    runner is: two signs that disagree, or none (every vLLM before 0.34, which has no extensible KV cache), say
+    unknown."""
+    seen = {}
+    for line in log_text.splitlines():
+        for mode, sign in KV_CACHE_SIGNS:
+            if sign.search(line):
+                seen.setdefault(mode, line.strip()[:300])
+    if len(seen) == 1:
+        return next(iter(seen.items()))
+    if len(seen) > 1:
+        return UNKNOWN, "the log says both: " + " | ".join(seen.values())
+    return UNKNOWN, "the server's log says neither (vLLM before 0.34 has no extensible KV cache)"
 
 
 def interpreter_facts(python: str, device: str, env: dict | None = None) -> dict:
