@@ -16,7 +16,8 @@ from .serve import proofs as serve_proofs
 #: the modern path's declarations (``patches/serve/``)
 SERVE = "serve"
 ROOT = Path(__file__).resolve().parents[1]
-#: where a serve proof's own halves are saved, per lane (``python -m ci readme --take LANE``; the README's table)
+#: where a serve proof's own halves are saved, per lane (``python -m ci readme --take LANE``; the serve table of
+#: docs/modern-path.md)
 SAVED = Path("docs/records/self-reference")
 #: the verdicts each half of a leave-one-out proof expects: the bug shows left out, the rows are right applied
 EXPECTED = {"left-out": ("WRONG", "ERROR"), "applied": ("OK",)}
@@ -27,7 +28,8 @@ def saved_pairs(patch, root: Path = ROOT) -> list[dict]:
     holds either: ``{lane, vllm, met, missing, commit, tree, verdicts}`` (``met``: both halves saved, each as the proof
     expects); none in an installed kit (no records beside it).
 
-    Why here: the README's serve table quotes these records, so the catalogue must say the same of each proof."""
+    Why here: docs/modern-path.md's serve table quotes these records, so the catalogue must say the same of each
+    proof."""
     key = serve_proofs.module_key(patch)
     out = []
     for folder in sorted(p for p in (root / SAVED).glob("*") if p.is_dir()) if key else []:
