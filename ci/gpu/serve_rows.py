@@ -11,8 +11,9 @@ import json
 import sys
 from pathlib import Path
 
+from compat.checkpoint import num_layers
 from compat.serve import checks, reference
-from compat.serve.spec import default_layer_ids, num_layers
+from compat.serve.spec import default_layer_ids
 
 
 def per_file(model: str, work, rows: list[int], rtol: float = 0.05) -> list[dict]:

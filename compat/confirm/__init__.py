@@ -17,9 +17,10 @@ The one entry for programs and tests is ``run(RunSpec(...)) -> report document``
 public API; each room's public names are public too (``compat.confirm.compare.compare``, ...).
 """
 
+from compat.checkpoint import num_layers
 from compat.confirm.cli import CALLS, DESCRIPTION, add_arguments, main, make_calls
 from compat.confirm.compare import Reference
-from compat.confirm.reference import hf_reference, num_layers
+from compat.confirm.reference import hf_reference
 from compat.confirm.runner import GEN_MOD, RunSpec, SpecError, run
 from compat.confirm.tolerance import RTOL, TOLERANCE_RULE, choose
 

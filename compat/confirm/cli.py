@@ -13,8 +13,9 @@ import os
 import sys
 import time
 
+from compat.checkpoint import hidden_size, is_local, num_layers
 from compat.confirm.compare import invariant_calls
-from compat.confirm.reference import KINDS, hidden_size_of, num_layers
+from compat.confirm.reference import KINDS
 from compat.confirm.tolerance import FLOAT32_CUDA, HALF, RTOL, SAME_ENGINE
 from compat.confirm.common import MAX_MODEL_LEN, resolve_common, usage as _usage  # noqa: F401 (re-exported)
 
@@ -156,11 +157,11 @@ def spec_from_args(args):
 
     if not args.model:
         return _usage("--model PATH is required (or --check REPORT)")
-    if not os.path.isfile(os.path.join(args.model, "config.json")):
+    if not is_local(args.model):
         return _usage(f"{args.model} is not a local HF checkpoint (no config.json)")
     try:
         depth = num_layers(args.model)
-        hidden_size = hidden_size_of(args.model)
+        width = hidden_size(args.model)
         layers = list(range(depth)) if args.layers == "all" else [int(x) for x in args.layers.split(",")]
     except (OSError, ValueError, KeyError) as exc:
         return _usage(f"cannot read layers: {exc}")
@@ -216,7 +217,7 @@ def spec_from_args(args):
              "prompt_lengths": [[len(p) for p in c] for c in calls]}
     return RunSpec(model=args.model, calls=calls, layers=layers, reference=args.reference, dtype=args.dtype,
                    rtol=args.rtol, engine=engine, max_batched_tokens=args.max_batched_tokens, checks=checks,
-                   hidden_size=hidden_size, trust_remote_code=args.trust_remote_code,
+                   hidden_size=width, trust_remote_code=args.trust_remote_code,
                    log_path=args.log, verbose=args.verbose, tie=True, extra=extra)
 
 

@@ -8,11 +8,20 @@ from __future__ import annotations
 
 import sys
 
-from compat.confirm.reference import model_max_len
+from compat.checkpoint import max_positions
 from compat.report import ENVIRONMENT
 
 #: the default --max-model-len, unless the checkpoint's own limit is smaller
 MAX_MODEL_LEN = 512
+
+
+def _own_limit(model: str) -> int | None:
+    """The checkpoint's own context limit, or None where its config does not say or cannot be read (the checks of
+    the checkpoint say that, not this default)."""
+    try:
+        return max_positions(model)
+    except (OSError, ValueError, TypeError):
+        return None
 
 
 def resolve_common(args, calls_default, budget_default) -> str:
@@ -28,7 +37,7 @@ def resolve_common(args, calls_default, budget_default) -> str:
         if not args.sizes or min(args.sizes) < 1:
             return f"--calls wants positive sequence counts, e.g. 1,11,33,11; got {args.calls!r}"
     if args.max_model_len is None:
-        limit = model_max_len(args.model)
+        limit = _own_limit(args.model)
         args.max_model_len = min(MAX_MODEL_LEN, limit) if limit else MAX_MODEL_LEN
     if args.max_batched_tokens is None:
         args.max_batched_tokens = budget_default

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from compat.confirm import compare as cmp
 from compat.confirm import supervise, tolerance
+from compat.vllm_log import root_cause
 
 
 class StepRecorder:
@@ -74,8 +75,9 @@ def drive(gen_module, spec, reference, layers, say, log_path: Path, on_death=Non
             try:
                 log.restore()
                 text = log.text()
+                cause = root_cause(text)
                 doc.update({**out, **doc, "calls": list(out["calls"]), "worker_log": supervise.error_lines(text),
-                            "root_cause": supervise.root_cause(text)})
+                            "root_cause": str(cause) if cause else None})
             finally:
                 on_death(doc)
 
@@ -85,7 +87,8 @@ def drive(gen_module, spec, reference, layers, say, log_path: Path, on_death=Non
     if out["error"] is not None:
         text = log.text()
         out["worker_log"] = supervise.error_lines(text)
-        out["root_cause"] = supervise.root_cause(text)
+        cause = root_cause(text)
+        out["root_cause"] = str(cause) if cause else None
         out["killed_after_error"] = supervise.kill_engine_processes()  # nothing of a failed engine outlives the run
     return out
 

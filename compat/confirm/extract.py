@@ -280,16 +280,17 @@ def run_reference(model: str, prompts, layers, *, dtype: str, tp: int = 1, pp: i
 
 def _child_root_cause(log_file, start: int | None) -> str | None:
     """The first error the child's processes logged (what a user must fix), read back from the shared log."""
-    from compat.confirm.supervise import root_cause
+    from compat.vllm_log import root_cause
 
     if log_file is None or start is None or not getattr(log_file, "name", None):
         return None
     try:
         with open(log_file.name, "rb") as handle:
             handle.seek(start)
-            return root_cause(handle.read().decode("utf-8", "replace"))
+            cause = root_cause(handle.read().decode("utf-8", "replace"))
     except OSError:
         return None
+    return str(cause) if cause else None
 
 
 if __name__ == "__main__":

@@ -13,10 +13,11 @@ inherit.  A value the user set, or ``--gpu-memory-utilization``, is kept as give
 
 from __future__ import annotations
 
-import json
 import math
 import os
 from pathlib import Path
+
+from compat.checkpoint import read_config, text_config
 
 GIB = 1 << 30
 ENV = "VLLM_CPU_KVCACHE_SPACE"
@@ -41,7 +42,7 @@ def cpu_build(site: str | Path | None = None) -> bool:
 def kv_bytes_per_token(config: dict, dtype: str) -> int:
     """KV-cache bytes one token takes in every layer (MLA: one latent of kv_lora_rank + rope dims), plus the
     hidden states vLLM's extract_hidden_states caches per token (one per layer at most)."""
-    text = config.get("text_config") or config
+    text = text_config(config)
     layers = int(text["num_hidden_layers"])
     hidden = int(text["hidden_size"])
     if text.get("kv_lora_rank"):
@@ -56,7 +57,7 @@ def kv_bytes_per_token(config: dict, dtype: str) -> int:
 
 def kv_cache_gib(model_path: str, dtype: str, max_model_len: int, max_seqs: int) -> int:
     """Whole GiB (vLLM's unit for the knob) for ``max_seqs`` sequences of ``max_model_len`` tokens; at least 1."""
-    config = json.loads((Path(model_path) / "config.json").read_text())
+    config = read_config(model_path)
     need = kv_bytes_per_token(config, dtype) * max_model_len * max_seqs * HEADROOM
     return max(1, math.ceil(need / GIB))
 

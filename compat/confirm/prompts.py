@@ -31,6 +31,8 @@ import json
 import re
 from pathlib import Path
 
+from compat.checkpoint import read_config, text_value
+
 _INTS = re.compile(r"^\d+(\s+\d+)*$")
 
 
@@ -97,11 +99,11 @@ def _ids(value, where: str) -> list[int]:
 
 
 def vocab_size(model_path: str) -> int | None:
+    """The text model's vocabulary size, or None where the config does not say or cannot be read."""
     try:
-        config = json.loads((Path(model_path) / "config.json").read_text())
+        size = text_value(read_config(model_path), "vocab_size")
     except (OSError, ValueError):
         return None
-    size = config.get("vocab_size") or (config.get("text_config") or {}).get("vocab_size")
     return int(size) if size else None
 
 

@@ -13,12 +13,11 @@ parallelism and where vLLM's log goes) and returns ``(Reference, meta)``: the te
 
 from __future__ import annotations
 
-import json
-import os
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from compat.checkpoint import num_layers
 from compat.confirm.compare import Reference, RoutedReference
 
 
@@ -34,35 +33,6 @@ class ReferenceRequest:
     max_model_len: int = 512
     log_path: Path | None = None  # vLLM's log (the vllm-extract child appends to it)
     engine_args: dict = field(default_factory=dict)  # vllm.LLM keyword arguments that follow the generator's
-
-
-def num_layers(model_path: str) -> int:
-    """The checkpoint's number of decoder layers (config.json, or its text_config for multimodal wrappers)."""
-    config = _config(model_path)
-    return int(config.get("num_hidden_layers") or config["text_config"]["num_hidden_layers"])
-
-
-def hidden_size_of(model_path: str) -> int | None:
-    config = _config(model_path)
-    size = config.get("hidden_size") or (config.get("text_config") or {}).get("hidden_size")
-    return int(size) if size else None
-
-
-def model_max_len(model_path: str) -> int | None:
-    """The checkpoint's own context limit (``max_position_embeddings``, of its text_config for wrappers), or None
-    when config.json does not say (or cannot be read: the option checks say that)."""
-    try:
-        config = _config(model_path)
-    except (OSError, ValueError, TypeError):
-        return None
-    text = config.get("text_config") or config
-    limit = text.get("max_position_embeddings") or config.get("max_position_embeddings")
-    return int(limit) if limit else None
-
-
-def _config(model_path: str) -> dict:
-    with open(os.path.join(model_path, "config.json")) as handle:
-        return json.load(handle)
 
 
 def hf_reference(model_path: str, prompts, layers, dtype: str = "float32",

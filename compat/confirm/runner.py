@@ -17,12 +17,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from compat.checkpoint import num_layers
 from compat.confirm import reference as references
 from compat.confirm import supervise
 from compat.confirm.compare import Reference
 from compat.confirm.report import Report, device_names, exit_code, tie_to_files
 from compat.confirm.tolerance import RTOL, TOLERANCE_RULE
 from compat.report import PATCH_PROBLEM
+from compat.vllm_log import root_cause
 
 GEN_MOD = "speculators.data_generation.vllm_hidden_states_generator"
 
@@ -67,7 +69,7 @@ def run(spec: RunSpec) -> dict:
     started = time.monotonic()
     log_path = Path(spec.log_path) if spec.log_path else supervise.default_log_path()
     say = spec.progress or (lambda text, stream=None: None)
-    layers = list(spec.layers) if spec.layers is not None else list(range(references.num_layers(spec.model)))
+    layers = list(spec.layers) if spec.layers is not None else list(range(num_layers(spec.model)))
     doc_extra = {"reference": spec.reference_kind, "dtype": spec.dtype, **spec.extra}
     timings = doc_extra.setdefault("timings", {})
 
@@ -94,8 +96,9 @@ def run(spec: RunSpec) -> dict:
     try:
         reference = _reference(spec, layers, log_path, say, doc_extra)
     except BaseException as exc:  # noqa: BLE001 - the report carries it
+        cause = root_cause(_log_text(log_path))
         return finish({"ok": False, "stage": "reference", "calls": [], "error": supervise.error_report(exc),
-                       "log": str(log_path), "root_cause": supervise.root_cause(_log_text(log_path))})
+                       "log": str(log_path), "root_cause": str(cause) if cause else None})
     timings["reference_s"] = round(time.monotonic() - t0, 2)
 
     on_death = spec.on_death

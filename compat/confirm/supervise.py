@@ -13,7 +13,6 @@ from __future__ import annotations
 import gc
 import multiprocessing
 import os
-import re
 import signal
 import sys
 import threading
@@ -308,33 +307,3 @@ def error_lines(text: str) -> str:
     """The last lines of vLLM's log that mention an error: what the workers said before the end."""
     lines = [line for line in text.splitlines() if "rror" in line or "Exception" in line or "died" in line]
     return "\n".join(lines[-60:])[-8000:]
-
-
-#: The last line of a Python traceback: ``SomeError: message`` (maybe behind vLLM's ``(Worker pid=1)`` prefix).
-_RAISED = re.compile(r"^(?P<who>\([^)]*\)\s*)?(?P<type>[A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Died))"
-                     r":(?: (?P<message>.*))?$")
-#: What vLLM raises *because* another process failed: never the root cause when something came before it.
-CONSEQUENCES = ("See root cause above", "Engine core initialization failed", "EngineDeadError",
-                "WorkerProc initialization failed", "worker died", "Worker failed")
-
-
-def root_cause(text: str) -> str | None:
-    """The first error a process raised in ``text`` (a log or a captured stderr), not what followed from it.
-
-    vLLM's engine and worker processes each print a traceback; the parent's is last and says only "see root cause
-    above".  The first traceback's final line that is not such a consequence is what went wrong (a worker that
-    could not reserve its memory, a kernel that refused an argument).  None when no traceback ended in the text.
-    """
-    raised, lines = [], text.splitlines()
-    for at, line in enumerate(lines):
-        found = _RAISED.match(line.strip())
-        if found:
-            said = line.strip()
-            if not found.group("message"):  # a multi-line message starts on the next line
-                more = [l.strip() for l in lines[at + 1: at + 4] if l.strip() and not l.startswith("Traceback")]
-                said = " ".join([said.rstrip(":") + ":", *more])
-            raised.append(said)
-    for line in raised:
-        if not any(word in line for word in CONSEQUENCES):
-            return line[:2000]
-    return raised[0][:2000] if raised else None

@@ -21,11 +21,12 @@ dtype (no upstream issue found on 2026-12-03).
 from __future__ import annotations
 
 import ast
-import json
 import os
 import subprocess
 import sys
 from pathlib import Path
+
+from compat.checkpoint import read_config, text_config
 
 FLAG = ("--attention-backend", "CPU_MLA")
 PLATFORM = Path("vllm") / "platforms" / "cpu.py"
@@ -34,10 +35,9 @@ PLATFORM = Path("vllm") / "platforms" / "cpu.py"
 def mla_model(model: str) -> bool:
     """An MLA checkpoint (``kv_lora_rank`` in its text config) that vLLM serves as MLA."""
     try:
-        config = json.loads((Path(model) / "config.json").read_text())
+        text = text_config(read_config(model))
     except (OSError, ValueError):
         return False
-    text = config.get("text_config") or config
     return "kv_lora_rank" in text and os.environ.get("VLLM_MLA_DISABLE") != "1"
 
 

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from compat.checkpoint import num_layers
 from compat.confirm.common import usage as _usage
 from compat.confirm.report import SERVE_EXIT
 
 from .files import manifest_or_usage, read_folder
 from .identity import describe, from_files
 from .runner import ServeResult, check_files, emit
-from .spec import ServeSpec, num_layers
+from .spec import ServeSpec
 
 
 def validate(args) -> int:

@@ -18,6 +18,8 @@ import re
 import subprocess
 from pathlib import Path
 
+from compat.checkpoint import read_config, text_config
+
 UNKNOWN = "unknown"
 #: the config keys that count a model's routed experts (DeepSeek-V3 / Kimi-K2.5, Qwen-MoE, Mixtral), first wins
 EXPERT_COUNTS = ("n_routed_experts", "num_experts", "num_local_experts")
@@ -97,10 +99,10 @@ def model_facts(model: str) -> dict:
     """Path, architecture, depth, width, experts and quantization from config.json (``text_config`` first: Kimi-K2.5
     wraps a DeepSeek-V3 text model in ``KimiK25ForConditionalGeneration``)."""
     try:
-        config = json.loads((Path(model) / "config.json").read_text())
+        config = read_config(model)
     except (OSError, ValueError) as exc:
         return {"model": os.path.abspath(model), "config_error": f"{type(exc).__name__}: {exc}"}
-    text = config.get("text_config") if isinstance(config.get("text_config"), dict) else config
+    text = text_config(config)
     wrapper = config.get("architectures") if text is not config else None
     return {"model": os.path.abspath(model), "architectures": text.get("architectures") or config.get("architectures"),
             "wrapper_architectures": wrapper if wrapper != text.get("architectures") else None,

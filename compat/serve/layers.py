@@ -141,10 +141,10 @@ def read_config(model: str, trust_remote_code: bool = False):
 
 
 def _names_remote_code(model: str) -> bool:
-    import json
+    from compat import checkpoint
 
     try:
-        config = json.loads((Path(model) / "config.json").read_text())
+        config = checkpoint.read_config(model)
     except (OSError, ValueError):
         return False
     return bool(config.get("auto_map"))

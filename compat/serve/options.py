@@ -32,7 +32,6 @@ off (chunking, prefix-cache hits) then does not apply.  A rule the plan could no
 
 from __future__ import annotations
 
-import json
 import os
 import random
 import shutil
@@ -40,6 +39,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from compat import checkpoint
 from compat.confirm.common import resolve_common, usage as _usage
 
 from . import amx_mla, identity
@@ -138,7 +138,7 @@ def spec_from_args(args, work_dir=None, vocab: int = 512, flags=()):
 
     if not args.model:
         return _usage("--model PATH is required (or --check REPORT)")
-    if not os.path.isfile(os.path.join(args.model, "config.json")):
+    if not checkpoint.is_local(args.model):
         return _usage(f"{args.model} is not a local HF checkpoint (no config.json)")
     problem = _refusal(args) or resolve_common(args, CALLS, BUDGET)
     if problem:
@@ -158,9 +158,9 @@ def spec_from_args(args, work_dir=None, vocab: int = 512, flags=()):
         asked = None
         if args.reference == "self":  # each id and the next: every middle id feeds a one-layer recompute
             from .recompute import self_ids
-            from .spec import default_layer_ids, num_layers
+            from .spec import default_layer_ids
 
-            depth = num_layers(args.model)
+            depth = checkpoint.num_layers(args.model)
             asked = layers if layers is not None else default_layer_ids(depth)
             layers = self_ids(asked, depth)
         # the plan's arguments, then the user's own (--serve-arg): both reach the server, the two FLAG_FIELDS as fields
@@ -323,7 +323,7 @@ def _files(args) -> int:
     if getattr(args, "keep_work_dir", False):
         return _usage("--keep-work-dir keeps the folder a server run makes; --files DIR starts no server and makes no "
                       "folder (DIR is yours and is never removed)")
-    if not args.model or not os.path.isfile(os.path.join(args.model, "config.json")):
+    if not args.model or not checkpoint.is_local(args.model):
         return _usage(f"--files needs --model, a local HF checkpoint (got {args.model!r})")
     from .files_check import validate
 
@@ -390,13 +390,11 @@ def cpu_mla(model: str) -> str:
     whole prompt.
     """
     import os
-    from pathlib import Path
 
     try:
-        config = json.loads((Path(model) / "config.json").read_text())
+        text = checkpoint.text_config(checkpoint.read_config(model))
     except (OSError, ValueError):
         return ""  # ServeSpec says what is wrong with the checkpoint
-    text = config.get("text_config") or config
     if "kv_lora_rank" not in text or os.environ.get("VLLM_MLA_DISABLE") == "1" or served_device() != "cpu":
         return ""
     return ("an MLA model on vLLM's CPU platform: vLLM runs it without chunked prefill or a prefix cache and never "

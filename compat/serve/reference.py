@@ -12,8 +12,9 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
+
+from compat import checkpoint
 
 
 def load_hf(model: str, trust_remote_code: bool = False):
@@ -23,8 +24,7 @@ def load_hf(model: str, trust_remote_code: bool = False):
     ``vllm serve --trust-remote-code`` does; off, such a checkpoint fails to load rather than run unasked code."""
     import torch
 
-    config = json.loads((Path(model) / "config.json").read_text())
-    if config.get("model_type") == "kimi_k25":
+    if checkpoint.read_config(model).get("model_type") == "kimi_k25":
         from transformers.models.kimi_k25 import Kimi_K25ForConditionalGeneration
 
         hf = Kimi_K25ForConditionalGeneration.from_pretrained(model, dtype=torch.float32).eval()
@@ -105,8 +105,7 @@ class NormUnknown(ValueError):
 
 def text_config(model: str) -> dict:
     """The checkpoint's text config (a multimodal wrapper's ``text_config``, else the config itself)."""
-    config = json.loads((Path(model) / "config.json").read_text())
-    return config.get("text_config") or config
+    return checkpoint.text_config(checkpoint.read_config(model))
 
 
 def norm_offset(text_config: dict) -> float:
@@ -126,8 +125,8 @@ def final_logprobs(model: str, final_rows):
     """``log_softmax(lm_head(rmsnorm(h_L)))`` ``[T, vocab]`` from the checkpoint's weights (tied head allowed)."""
     import torch
 
-    config = json.loads((Path(model) / "config.json").read_text())
-    text = config.get("text_config") or config
+    config = checkpoint.read_config(model)
+    text = checkpoint.text_config(config)
     offset = norm_offset(text)
     tied = bool(text.get("tie_word_embeddings", config.get("tie_word_embeddings", False)))
     head = "embed_tokens.weight" if tied else "lm_head.weight"

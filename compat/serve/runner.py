@@ -18,11 +18,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from compat.confirm.tolerance import EXCUSE_CEILING, routing_tie
+from compat.vllm_log import root_cause
 
 from . import checks, client, logit_bounds, recompute, reference, twin
 from . import files as files_module
 from .lock_wait import lock_wait_cause
-from .server import Server, ServerError, root_cause, tail
+from .server import Server, ServerError, tail
 from .spec import ServeSpec
 
 #: vLLM's --enable-logging-iteration-details line (v1/metrics/loggers.py LoggingStatLogger._log_iteration_details)
@@ -83,9 +84,10 @@ def run(spec: ServeSpec) -> ServeResult:
     except ServerError as exc:
         return ServeResult("ERROR", f"{exc}\n{_symptom_lines(exc.log_tail)}", log=str(log))
     except (OSError, ValueError, KeyError) as exc:  # an HTTP error, a refused or cut connection, a bad reply
-        cause = root_cause(tail(log, 400))
-        return ServeResult("ERROR", (f"{cause}\n" if cause else "") + f"{type(exc).__name__}: {exc}\nserver log:\n"
-                           f"{_symptom_lines(tail(log, 400))}", log=str(log))
+        cause = root_cause(tail(log, 400))  # read after the server was stopped: a lone consequence is its shutdown's
+        return ServeResult("ERROR", (f"{cause.message}\n" if cause and not cause.consequence else "")
+                           + f"{type(exc).__name__}: {exc}\n"
+                           f"server log:\n{_symptom_lines(tail(log, 400))}", log=str(log))
 
 
 def progress():
@@ -132,8 +134,9 @@ def _run(spec: ServeSpec) -> ServeResult:
                 f"(client exit {run.returncode})")
             if run.returncode != 0 or len(run.files) != len(call):
                 server_says = _symptom_lines(server.log_text())
-                cause = root_cause(server.log_text())  # the server's own reason first, where it died
-                cause = cause or lock_wait_cause(tail(run.log, 400), server.log_text())  # else a lock given up on
+                died_of = root_cause(server.log_text())  # the server's own reason first, where it died
+                cause = died_of.message if died_of else \
+                    lock_wait_cause(tail(run.log, 400), server.log_text())  # else a lock given up on
                 return _error(result, (f"{cause}\n" if cause else "")
                               + f"speculators generate-offline-data (call {index}, {len(call)} prompts) exit "
                               f"{run.returncode}, {len(run.files)} of {len(call)} files; server log:\n{server_says}\n"
@@ -225,10 +228,9 @@ def _read(runs, spec: ServeSpec) -> list[tuple[list[int], dict]]:
 
 
 def _check_files(result: ServeResult, spec: ServeSpec, files) -> None:
-    import json
+    from compat.checkpoint import hidden_size
 
-    config = json.loads((Path(spec.model) / "config.json").read_text())
-    hidden = int((config.get("text_config") or config)["hidden_size"])
+    hidden = hidden_size(spec.model)
     problems = []
     for index, (prompt, data) in enumerate(files):
         problems += [f"file {index}: {p}" for p in

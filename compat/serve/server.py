@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import re
 import signal
 import socket
 import subprocess
@@ -22,6 +21,8 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
+
+from compat.vllm_log import root_cause
 
 from . import amx_mla
 from .spec import ServeSpec
@@ -77,40 +78,6 @@ def tail(path: Path, lines: int = 40) -> str:
         return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
     except OSError:
         return ""
-
-
-#: the process tag vLLM puts before each line: "(APIServer pid=123) ", "(EngineCore_DP0 pid=45) "
-PROCESS_TAG = re.compile(r"^\((?:[\w-]+) pid=\d+\)\s?")
-#: vLLM's logger prefix on a logged traceback: "ERROR 12-02 05:52:38 [multiproc_executor.py:962] "
-LOGGER_PREFIX = re.compile(r"^(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d \[[^\]]*\] ")
-#: the line a traceback ends with: "pkg.mod.SomeError: message" (or "SomeError: message")
-EXCEPTION_LINE = re.compile(r"^(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception|Exit): (.*)$")
-#: exceptions that only point at another one (vLLM's front end after its engine core died)
-WRAPPERS = ("See root cause above", "Engine core initialization failed", "Engine process failed to start",
-            "See stack trace (above) for the root cause", "Worker failed with error")
-#: pydantic's header: the reason is on a following line, "  Value error, <reason> [type=...]"
-PYDANTIC_HEADER = re.compile(r"\d+ validation errors? for \w+")
-
-
-def root_cause(log: str) -> str:
-    """The line that says why the server died, from its log: the last exception's line (one that only points at
-    another, "See root cause above", skipped), and for pydantic's
-    "1 validation error for ModelConfig" the reason on the lines after it (vLLM's own check's message), so an
-    ERROR starts with the cause rather than a header; '' where the log holds no exception."""
-    lines = [LOGGER_PREFIX.sub("", PROCESS_TAG.sub("", line.rstrip())) for line in log.splitlines()]
-    found = ""
-    for index, line in enumerate(lines):
-        match = EXCEPTION_LINE.match(line)
-        if not match or any(w in line for w in WRAPPERS):
-            continue
-        found = line
-        if PYDANTIC_HEADER.search(line):
-            for after in lines[index + 1:index + 6]:
-                reason = after.strip()
-                if reason.startswith("Value error, ") or reason.startswith("Assertion failed, "):
-                    found = reason.split(", ", 1)[1].split(" [type=", 1)[0]
-                    break
-    return found
 
 
 @contextlib.contextmanager
@@ -180,7 +147,7 @@ class Server:
             if self.proc.poll() is not None:
                 text = tail(self.log, 400)
                 cause = root_cause(text)
-                raise ServerError((f"{cause}\n" if cause else "")
+                raise ServerError((f"{cause.message}\n" if cause else "")
                                   + f"(vllm serve exited with {self.proc.returncode} before it was healthy)", text)
             try:
                 with urllib.request.urlopen(f"{self.base}/health", timeout=2) as reply:

@@ -2,20 +2,14 @@
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from compat.checkpoint import is_local, num_layers
+
 from .probes.layer_ids import default_layer_ids, prescribed, repeated  # noqa: F401 (re-exported)
-
-
-def num_layers(model: str) -> int:
-    """``num_hidden_layers`` of the text model (``text_config`` first: Kimi-K2.5 wraps DeepSeek-V3)."""
-    config = json.loads((Path(model) / "config.json").read_text())
-    text = config.get("text_config") or config
-    return int(text["num_hidden_layers"])
 
 
 @dataclass
@@ -54,7 +48,7 @@ class ServeSpec:
 
     def __post_init__(self):
         self.work_dir = Path(self.work_dir)
-        if not (Path(self.model) / "config.json").is_file():
+        if not is_local(self.model):
             raise ValueError(f"{self.model}: no config.json (a local checkpoint directory is needed)")
         if not self.calls or not all(self.calls) or not all(all(p) for c in self.calls for p in c):
             raise ValueError("calls must be non-empty lists of non-empty prompts")

@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from compat.confirm.supervise import root_cause
 from compat.layout import cache_root
+from compat.vllm_log import root_cause
 
 ROOT = Path(__file__).resolve().parents[2]
 CACHE = cache_root()

@@ -33,7 +33,7 @@ from pathlib import Path
 
 import pytest
 
-from compat.confirm.supervise import root_cause
+from compat.vllm_log import root_cause
 
 from tests.contract.conftest import CACHE, ROOT, compat
 

