@@ -6,7 +6,7 @@ pytest arguments, the device, the versions and every test's outcome; a cell's re
 of the files that decide that cell (``details["inputs"]``, ci/inputs.py).  A cell's record is *stale* when one
 of those changed since (ci/inputs.Freshness), a GPU run's when its suite hash differs from the checkout's; one
 that can say neither is *legacy*.  Neither is shown as a plain pass.  A test that judged a measurement keeps the
-figures it judged (``test["figures"]``, compat.confirm.figures) and the record the judge's file hashes
+figures it judged (``test["figures"]``, compat.shared.figures) and the record the judge's file hashes
 (``details["judge"]``): the page computes each verdict with today's judge (ci/judge.py), and a judge change stales
 nothing.  ``python -m ci.evidence stamp`` prints the stamp of this checkout (run on a GPU machine, it is copied
 into that run's record).
@@ -148,7 +148,7 @@ def junit_tests(path: Path) -> list[dict]:
 
 
 def with_figures(tests: list[dict], kept: dict[str, list[dict]]) -> list[dict]:
-    """``tests`` with each one's kept figures (node id -> figures, compat.confirm.figures.read) under ``figures``:
+    """``tests`` with each one's kept figures (node id -> figures, compat.shared.figures.read) under ``figures``:
     the measurement its outcome was judged from, judged again by today's judge on the coverage page (ci/judge.py)."""
     out = []
     for test in tests:

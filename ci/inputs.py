@@ -27,7 +27,7 @@ from the records themselves, so counting it would stale every cell each time one
 
 The *judge* (``JUDGE_FILES``: the bounds and the code that turns kept figures into a verdict) is left out too: it
 decides no measurement, only what a measurement is called.  A record keeps the figures its verdicts were computed
-from (compat.confirm.figures, compat.serve.judge, the GPU sets' raw runs), and the coverage page computes each
+from (compat.shared.figures, compat.serve.judge, the GPU sets' raw runs), and the coverage page computes each
 verdict with today's judge (ci/judge.py), so a changed bound re-judges every record in seconds and stales no cell.
 A record that kept no figures shows its verdict as run, said to be not re-judgeable where the judge changed since
 (``judge_changes``).  What computes a figure (compat/confirm/compare.py's statistics, the harness that drives the
@@ -50,7 +50,7 @@ HARNESS_TREES = ("compat", "fixtures")
 #: generated from the records (see the module docstring)
 GENERATED = ("compat/proof_evidence.py",)
 #: the judge: bounds and the rules that turn kept figures into verdicts (module docstring); decides no measurement
-JUDGE_FILES = ("compat/confirm/tolerance.py", "compat/confirm/figures.py", "compat/serve/judge.py",
+JUDGE_FILES = ("compat/shared/tolerance.py", "compat/shared/figures.py", "compat/serve/judge.py",
                "compat/serve/logit_bounds.py")
 #: the modern path's own code: it decides no old-path cell
 SERVE_ONLY = ("compat/serve/", "tests/contract/serve/")

@@ -5,7 +5,7 @@ rules that call a measurement right or wrong (``inputs.JUDGE_FILES``) change mor
 for them (hours on 2 cores) re-measures nothing.  So each record keeps its figures and the coverage page judges them
 again here, in seconds:
 
-- a CPU cell's test that judged per-layer errors kept them (``test["figures"]``, compat.confirm.figures);
+- a CPU cell's test that judged per-layer errors kept them (``test["figures"]``, compat.shared.figures);
 - a GPU scenario set is the raw runs it was judged from (``docs/gpu/records_<set>.json``, ci/gpu/record.judge);
 - a GPU serve record is the report it was judged from (compat.serve.judge.rejudge, through
   ci/gpu/record.serve_record);
@@ -46,7 +46,7 @@ class Judged:
 
 def judge_test(test: dict) -> tuple[str, str] | None:
     """(outcome, why) of a CPU test under today's judge from its kept figures; None: it kept none to judge."""
-    from compat.confirm import figures as figs
+    from compat.shared import figures as figs
 
     kept = test.get("figures")
     if not kept or test.get("outcome") not in ("passed", "failed"):

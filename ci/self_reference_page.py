@@ -229,10 +229,10 @@ def bench(root: Path, name: str) -> dict:
 
 
 def twin_bound(root: Path) -> str:
-    from compat.confirm import tolerance
+    from compat.shared import tolerance
 
     same, cuda = tolerance.SAME_ENGINE, tolerance.SAME_ENGINE_CUDA["float32"]
-    tol = "`compat/confirm/tolerance.py`"
+    tol = "`compat/shared/tolerance.py`"
     lines = [f"The twin is the same engine and dtype; only the step's batch and chunk shape differ, so its bound is "
              f"the same-engine table's ({tol} `SAME_ENGINE`): float32 {same['float32'].rtol:g}, bfloat16 "
              f"{same['bfloat16'].rtol:g}. Measured on right runs (the twin's worst per layer, as a multiple of the "

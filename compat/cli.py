@@ -17,8 +17,8 @@ from . import exit_policy
 
 COMMANDS = ("apply", "plan", "surface", "catalogue", "confirm")
 USAGE_ERROR = 2  # argparse's own exit status for a bad command line
-#: A command that is a package keeps its command line in a module of its own.
-COMMAND_MODULES = {"confirm": "compat.confirm.cli"}
+#: confirm is a command above two pipelines' packages (compat/confirm/, compat/serve/): its own module picks one.
+COMMAND_MODULES = {"confirm": "compat.confirm_command"}
 
 
 def _describe(module) -> str:

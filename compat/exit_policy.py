@@ -15,6 +15,7 @@ what a finding means (before this module, six places decided it, and
                          install, ambiguous copies, unreadable or corrupt state, lock, any OSError,
                          bad arguments); a refusal changes nothing
     3    UNSUPPORTED     nothing to patch: this speculators has no generator the kit knows
+    4    INCOMPLETE      (compat confirm) nothing differed, but a part could not run or was not looked at
     141  (no word)       the reader of stdout went away (``| head``), as for a command killed by SIGPIPE
 
 Callers name what they found as :class:`Finding` s of a kind; the most
@@ -36,6 +37,10 @@ from typing import Callable, Iterable, Sequence
 Decision = object
 
 OK, PATCH_PROBLEM, ENVIRONMENT, UNSUPPORTED = 0, 1, 2, 3
+#: compat confirm only: nothing differed, but a part could not run or was not looked at enough (named)
+INCOMPLETE = 4
+#: compat confirm's verdicts, either pipeline's, and their codes (a run's and --check's alike)
+VERDICT_CODES = {"OK": OK, "WRONG": PATCH_PROBLEM, "ERROR": PATCH_PROBLEM, "INCOMPLETE": INCOMPLETE}
 BROKEN_PIPE = 128 + int(signal.SIGPIPE)
 
 #: Kinds of finding, most severe first: the first one present decides the word and the code.

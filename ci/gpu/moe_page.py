@@ -77,7 +77,7 @@ def render() -> str:
         "not a capture bug: a top-k router is a discontinuity of the model, and the max-element rule counted a "
         "routing flip as a wrong capture. nrms could not tell them apart either (natural "
         f"{_worst(natural, 'nrms'):.4f} vs pinned {_worst(pinned, 'nrms'):.4f}: a wrong tail of a few files moves a "
-        "layer's nrms by as little). The fix (`compat/confirm/routing.py`, `compare.py`, `tolerance.ROUTING_TIE`): "
+        "layer's nrms by as little). The fix (`compat/shared/routing.py`, `compare.py`, `tolerance.ROUTING_TIE`): "
         "the HF reference reads each token's routing margin at every router; a row over the bound is excused only "
         "where the token's routing up to that layer was tied (margin <= 2^-8 in bf16), and the report names it "
         "as a routing flip. Any row over the bound where the routing was decisive stays WRONG. Re-judged by that "
@@ -252,7 +252,7 @@ def _vllm_026() -> list[str]:
         "where a misplaced row would be far from 1. So this "
         "WRONG is a false alarm of confirm's same-engine bf16 bound (0.02 x mean), not a capture bug. The fix is "
         "a bound measured from the engine's own spread (or in bf16 steps of each element); it changes "
-        "`compat/confirm/tolerance.py`, which every old-path cell runs, so it waits for a session that can "
+        "`compat/shared/tolerance.py`, which every old-path cell runs, so it waits for a session that can "
         "re-run the matrix after it (`python -m ci refresh --dry-run` gives the ETA from the records).",
         "",
         "Not run on 0.26.0: the `-m mla` contract tests, the Kimi wrapper (vLLM 0.20-0.31 need the hub's "

@@ -3,7 +3,7 @@
 usage: python -m ci.gpu.self_page [--check]    (--check: exit 1 when the committed page differs)
 
 Why generated: every figure on a page comes from a record with its commit, suite and device; the twin's verdict is
-shown twice, as the run judged it and under today's bound (compat.confirm.tolerance), so a bound that moved after a
+shown twice, as the run judged it and under today's bound (compat.shared.tolerance), so a bound that moved after a
 run is visible rather than rewritten.
 """
 
@@ -34,7 +34,7 @@ def _worst(check: dict | None, key: str = "worst") -> str:
 
 def twin_today(record: dict) -> str:
     """The twin's verdict under today's bound for the record's dtype on CUDA."""
-    from compat.confirm.tolerance import choose
+    from compat.shared.tolerance import choose
 
     twin = record.get("checks", {}).get("twin")
     if not twin:

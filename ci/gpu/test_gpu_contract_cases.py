@@ -2,7 +2,7 @@
 
 Why a module of its own: the contract module's servers are CPU ones (``--enforce-eager``, ``device="cpu"``, whose
 float32 bound TF32 attention exceeds).  Here the same configurations start compiled (CUDA graphs where the runner
-captures them), judged by the CUDA row of compat.confirm.tolerance, once per dtype; the assertions are the contract
+captures them), judged by the CUDA row of compat.shared.tolerance, once per dtype; the assertions are the contract
 module's own test functions, collected again against this module's fixtures.  Each server's runner (V1 or V2) is
 read from its log and written with its results (``$GPU_SERVE_RECORDS``: ci/gpu/serve_records.py; and
 ``<cache>/serve-runs/records/gpu-serve/contract-cases-*.json``).  vLLM 0.34.0 has only Model Runner V2; 0.26.0

@@ -54,7 +54,7 @@ def tails(files: list[dict]) -> list[dict]:
 def test_left_out_only_the_tail_of_a_file_is_wrong():
     """Run after the left-out test (same module): K13's symptom is the final chunk's tokens, not whole files."""
     from ci.gpu.serve_rows import per_file
-    from compat.confirm.tolerance import choose
+    from compat.shared.tolerance import choose
 
     if "k13-left-out-cuda" not in RUNS:
         pytest.fail("the left-out run did not run in this session (run the module whole)")

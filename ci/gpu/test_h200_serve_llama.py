@@ -2,7 +2,7 @@
 
 Why a module of its own: the contract module's fixture asks for K1 (the CPU connector), which a CUDA vLLM never
 needs (``k1_on`` fails there), and its spec keeps ``ServeSpec.device="cpu"``, whose float32 bound (1e-3) TF32
-attention exceeds.  Here the same spec runs with the CUDA row of compat.confirm.tolerance and each dtype; the
+attention exceeds.  Here the same spec runs with the CUDA row of compat.shared.tolerance and each dtype; the
 assertions are the contract module's own test functions, collected again against this module's ``result``.
 """
 

@@ -2,6 +2,6 @@
 
 import sys
 
-from compat.confirm.cli import main
+from compat.confirm_command import main
 
 sys.exit(main())

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from compat.confirm.tolerance import EXCUSE_CEILING, RTOL
+from compat.shared.tolerance import EXCUSE_CEILING, RTOL
 
 #: Where the probe prompt sits in the 33-sequence invariant call (not first, not last).
 BATCH_SIZE, BATCH_POSITION = 33, 16
@@ -46,7 +46,7 @@ class Reference(NamedTuple):
 class RoutedReference(Reference):
     """A ``Reference`` that also carries the MoE routing margins of its pass (issue 28), still a triple to unpack.
 
-    ``routing[tuple(prompt)]``: ``{decoder layer: float32 [tokens]}`` (compat.confirm.routing), or None.
+    ``routing[tuple(prompt)]``: ``{decoder layer: float32 [tokens]}`` (compat.shared.routing), or None.
     """
 
     def __new__(cls, holder, refs, depth, routing=None):
@@ -135,7 +135,7 @@ class LayerError:
 
     def rows_over(self, bound: float, scale: float, last_layer: int | None, tie: float | None = None) -> dict:
         """How many rows exceed ``bound``, the worst of them, and (MoE) their routing margins."""
-        from compat.confirm.routing import min_margin_upto
+        from compat.shared.routing import min_margin_upto
 
         over, total = [], 0
         for result, row_max, margins in self.rows:
@@ -174,7 +174,7 @@ def compare(results, prompts, reference, layers, rtol: float = RTOL, hidden_size
 
     Returns ``{"layers": {k: stats}, "problems": [...], "notes": [...]}``; a layer fails when its ``rel_diff`` over
     the call exceeds ``rtol``, unless the reference carries MoE routing margins and every row over the bound is a
-    token whose routing was tied (margin <= ``tie``, compat.confirm.tolerance.ROUTING_TIE) at a router up to that
+    token whose routing was tied (margin <= ``tie``, compat.shared.tolerance.ROUTING_TIE) at a router up to that
     layer: a bf16 routing flip, said in ``notes``.  With no reference (``refs`` None) only ``check_results`` runs.
     """
     import torch

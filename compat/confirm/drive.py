@@ -13,7 +13,8 @@ import time
 from pathlib import Path
 
 from compat.confirm import compare as cmp
-from compat.confirm import supervise, tolerance
+from compat.confirm import supervise
+from compat.shared import tolerance
 from compat.vllm_log import root_cause
 
 

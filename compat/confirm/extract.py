@@ -51,7 +51,7 @@ import sys
 import time
 from pathlib import Path
 
-from compat.confirm.memory import cpu_build
+from compat.shared.host_memory import cpu_build
 
 CONNECTOR = "ExampleHiddenStatesConnector"
 CPU_CONNECTOR = "CpuHiddenStatesConnector"

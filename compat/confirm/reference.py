@@ -41,7 +41,7 @@ def hf_reference(model_path: str, prompts, layers, dtype: str = "float32",
     import torch
     from transformers import AutoModelForCausalLM
 
-    from compat.confirm.routing import MarginRecorder
+    from compat.shared.routing import MarginRecorder
 
     model = AutoModelForCausalLM.from_pretrained(model_path, torch_dtype=getattr(torch, dtype),
                                                  trust_remote_code=trust_remote_code).eval()

@@ -17,11 +17,7 @@ TP/PP sizes and timings.
     2  the report is unreadable, not JSON, or has no ``confirmed`` block; or vLLM / speculators are not
        installed here.
 
-A serve-path report (``compat confirm --path serve --json-file``: its ``checks`` and ``verdict``) is gated on what it
-says, nothing installed is read (its server may have run in another venv, on another machine): 0 verdict OK and
-every check ok; 1 WRONG or ERROR, an OK with a check not ok, or a report without a ``confirmed`` block naming the
-model, widths, dtype, ids, versions, runner, device and TP (then it cannot tell what was confirmed); 4 INCOMPLETE
-(a part could not run or a step was not taken); 2 unreadable, or a verdict no serve run gives.
+A serve-path report is gated on itself by compat.serve.check (``compat confirm --check`` picks by the report).
 """
 
 from __future__ import annotations
@@ -35,9 +31,10 @@ import threading
 from importlib import metadata
 from pathlib import Path
 
-from compat.confirm.tolerance import choose
+from compat.shared.tolerance import choose
 from compat.layout import GENERATOR, SPECULATORS_CONFIG, WORKER
-from compat.report import ENVIRONMENT, OK, PATCH_PROBLEM
+from compat.exit_policy import ENVIRONMENT, INCOMPLETE, OK, PATCH_PROBLEM, VERDICT_CODES
+from compat.shared.report_file import ReportError, is_serve_report, load_json  # noqa: F401 (ReportError re-exported)
 
 #: The packages whose versions a report records (distribution names tried in order).
 VERSIONED = ("vllm", "torch", "transformers", "speculators")  # import names; compat.dists finds their owners
@@ -48,20 +45,6 @@ FULL_CALLS = [1, 11, 33, 11]
 REAL_REFERENCES = ("hf", "vllm-extract")
 #: Error lines of vLLM's log shown on the terminal when the run fails.
 SHOWN_LOG_LINES = 12
-#: A serve-path verdict that looked at less than it claims (a part that could not run, a step not taken).
-INCOMPLETE = 4
-#: The serve path's verdicts and their exit codes: the same for a run (compat.serve.runner.EXIT_CODES, which a unit
-#: test holds equal) and for --check.
-SERVE_EXIT = {"OK": OK, "WRONG": PATCH_PROBLEM, "ERROR": PATCH_PROBLEM, "INCOMPLETE": INCOMPLETE}
-#: What a serve report's ``confirmed`` block must name (compat.serve.identity) for --check to say what it confirmed.
-SERVE_IDENTITY = ("model", "architectures", "num_layers", "hidden_size", "dtype", "ids_served", "vllm",
-                  "speculators", "runner", "device", "tensor_parallel_size", "kit")
-
-
-class ReportError(ValueError):
-    """A report --check cannot read."""
-
-
 # -- what a report is tied to ---------------------------------------------------------------------------------
 
 
@@ -182,8 +165,7 @@ class Report:
 
 def exit_code(doc: dict) -> int:
     """0 OK; 4 INCOMPLETE (nothing differed, something was not looked at: named); 1 otherwise."""
-    return OK if doc.get("verdict") == "OK" else INCOMPLETE if doc.get("verdict") == "INCOMPLETE" \
-        else PATCH_PROBLEM
+    return VERDICT_CODES.get(doc.get("verdict"), PATCH_PROBLEM)
 
 
 def render(doc: dict) -> list[str]:
@@ -306,33 +288,14 @@ def weaknesses(report: dict) -> list[str]:
     return out
 
 
-def load_json(path: str):
-    """The report file's JSON; ReportError where it cannot be read or parsed."""
-    try:
-        return json.loads(Path(path).read_text())
-    except OSError as exc:
-        raise ReportError(f"cannot read {path}: {exc.strerror or exc}") from None
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise ReportError(f"{path} is not JSON: {exc}") from None
-
-
-def is_serve_report(doc) -> bool:
-    """A ``compat confirm --path serve`` document: the runner's ``checks`` and ``verdict``, no surface fingerprint
-    (the old path's reports have neither ``checks`` nor a ``confirmed`` block without one)."""
-    if not isinstance(doc, dict) or "checks" not in doc or "verdict" not in doc:
-        return False
-    block = doc.get("confirmed")
-    return not (isinstance(block, dict) and "fingerprint" in block)
-
-
 def read_report(path: str, doc=None) -> dict:
     """An old-path report (``doc``: its JSON, read from ``path`` when not given), checked for what --check compares;
-    ReportError otherwise (a serve report included: :func:`check` gates those with :func:`check_serve`)."""
+    ReportError otherwise (a serve report included: ``compat confirm --check`` gates those by compat.serve.check)."""
     doc = load_json(path) if doc is None else doc
     block = doc.get("confirmed") if isinstance(doc, dict) else None
     if is_serve_report(doc):
-        raise ReportError(f"{path} is a serve-path report (compat confirm --path serve): gated by check_serve, not "
-                          "compared with this install's surface")
+        raise ReportError(f"{path} is a serve-path report (compat confirm --path serve): compat confirm --check gates "
+                          "it on itself, not against this install's surface")
     if not isinstance(block, dict) or not isinstance(block.get("fingerprint"), str):
         raise ReportError(f"{path} is no compat confirm report (no 'confirmed' block with a fingerprint)")
     if "verdict" not in doc:
@@ -344,18 +307,12 @@ def read_report(path: str, doc=None) -> dict:
 
 
 def check(path: str, now: dict | None = None, out=None, accept_weaker: bool = False) -> int:
-    """``--check REPORT``: 0 same surface and a full-strength OK report, 1 differs / not OK / weaker, 2 unreadable;
-    a serve report by :func:`check_serve` (4 INCOMPLETE); never changes anything."""
+    """``--check REPORT`` of an old-path report: 0 same surface and a full-strength OK report, 1 differs / not OK /
+    weaker, 2 unreadable (a serve report too: ``compat confirm --check`` hands those to compat.serve.check); never
+    changes anything."""
     out = out or sys.stdout
     try:
-        raw = load_json(path)
-    except ReportError as exc:
-        print(f"confirm --check: {exc}; nothing was checked", file=sys.stderr)
-        return ENVIRONMENT
-    if is_serve_report(raw):
-        return check_serve(path, raw, out)
-    try:
-        doc = read_report(path, raw)
+        doc = read_report(path)
         now = now if now is not None else confirmed_block()
     except ReportError as exc:
         print(f"confirm --check: {exc}; nothing was checked", file=sys.stderr)
@@ -388,60 +345,3 @@ def check(path: str, now: dict | None = None, out=None, accept_weaker: bool = Fa
           f"reference {doc.get('reference', '?')}{accepted}) -> exit {OK}", file=out)
     return OK
 
-
-# -- --check of a serve-path report ---------------------------------------------------------------------------
-
-
-def serve_identity_gaps(doc: dict) -> list[str]:
-    """What the report's ``confirmed`` block does not name (all of it where there is no block)."""
-    block = doc.get("confirmed")
-    if not isinstance(block, dict):
-        return list(SERVE_IDENTITY)
-    return [key for key in SERVE_IDENTITY if block.get(key) is None]
-
-
-def check_serve(path: str, doc: dict, out) -> int:
-    """--check of a serve report: its own verdict and checks, and what it says it confirmed; nothing installed is
-    read.  0 OK with every check ok, 1 WRONG / ERROR / an OK with a failed check / no ``confirmed`` block, 4
-    INCOMPLETE, 2 a verdict no serve run gives."""
-    verdict = doc.get("verdict")
-    if verdict not in SERVE_EXIT:
-        print(f"confirm --check: {path} is a serve report with verdict {verdict!r}, which no serve run gives "
-              f"(one of {', '.join(SERVE_EXIT)}); nothing was checked", file=sys.stderr)
-        return ENVIRONMENT
-    gaps = serve_identity_gaps(doc)
-    if gaps == list(SERVE_IDENTITY):
-        print(f"confirm --check: {path} is a serve report without a 'confirmed' block: it cannot tell what was "
-              f"confirmed (model, widths, dtype, ids, vLLM, runner, device, TP); run compat confirm --path serve "
-              f"again with this kit -> exit {PATCH_PROBLEM}", file=out)
-        return PATCH_PROBLEM
-    from compat.serve.identity import describe
-
-    print(f"  confirmed: {describe(doc['confirmed'])}", file=out)
-    if gaps:
-        print(f"confirm --check: {path}'s 'confirmed' block does not name {', '.join(gaps)}: it cannot tell what "
-              f"was confirmed -> exit {PATCH_PROBLEM}", file=out)
-        return PATCH_PROBLEM
-    return _serve_verdict(path, doc, verdict, out)
-
-
-def _clean(check) -> bool:
-    """A check that passed and looked at all it claims (compat.serve.runner.status: ``ok``)."""
-    return isinstance(check, dict) and check.get("ok") is True and not check.get("not_looked_at") \
-        and not check.get("failed_comparisons")
-
-
-def _serve_verdict(path: str, doc: dict, verdict: str, out) -> int:
-    failed = [name for name, c in (doc.get("checks") or {}).items() if not _clean(c)]
-    for name in failed:
-        print(f"  not ok: {name}", file=out)
-    if verdict == "OK" and (failed or not doc.get("checks")):
-        what = f"{', '.join(failed)} not ok" if failed else "no check in it"
-        print(f"confirm --check: {path} says OK with {what} -> exit {PATCH_PROBLEM}", file=out)
-        return PATCH_PROBLEM
-    code = SERVE_EXIT[verdict]
-    said = {"OK": "every check ok", "INCOMPLETE": "a part could not run or a step was not taken, so it confirmed "
-            "less than it claims", "WRONG": "a comparison failed", "ERROR": "the run failed"}[verdict]
-    reason = f" ({str(doc.get('reason'))[:300]})" if verdict != "OK" and doc.get("reason") else ""
-    print(f"confirm --check: {path} is a serve report, verdict {verdict}: {said}{reason} -> exit {code}", file=out)
-    return code

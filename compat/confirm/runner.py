@@ -22,7 +22,7 @@ from compat.confirm import reference as references
 from compat.confirm import supervise
 from compat.confirm.compare import Reference
 from compat.confirm.report import Report, device_names, exit_code, tie_to_files
-from compat.confirm.tolerance import RTOL, TOLERANCE_RULE
+from compat.shared.tolerance import RTOL, TOLERANCE_RULE
 from compat.report import PATCH_PROBLEM
 from compat.vllm_log import root_cause
 
@@ -40,7 +40,7 @@ class RunSpec:
     layers: list | None = None  # generator layer ids; None: every layer
     reference: str | Reference | tuple = "hf"  # a name of compat.confirm.reference.BUILDERS, or ready tensors
     dtype: str = "float32"
-    rtol: float | None = None  # None: automatic (compat.confirm.tolerance.choose)
+    rtol: float | None = None  # None: automatic (compat.shared.tolerance.choose)
     engine: dict = field(default_factory=dict)  # the generator's keyword arguments (tensor_parallel_size, ...)
     max_batched_tokens: int | None = None
     checks: dict | None = None  # {"batch": i, "repeat": j}: which calls are the invariant calls

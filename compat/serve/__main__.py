@@ -22,7 +22,7 @@ def default_calls(vocab: int, budget: int, seed: int = 0) -> list[list[list[int]
 
 
 def main(argv=None) -> int:
-    from compat.confirm.cli import add_arguments
+    from compat.shared.arguments import add_arguments
 
     from .options import confirm_serve
 

@@ -44,11 +44,11 @@ def untied_row_errors(states, reference, ids: list[int], margins: dict | None, t
     """``({id: worst max|diff| / mean|ref| over rows no routing tie explains}, {id: rows set aside})``.
 
     Modern-path id ``k`` is the residual entering decoder layer ``k``: the routers of layers ``< k`` decided it.  A
-    row over ``bound`` is set aside only where its token's MoE routing margin in HF (compat.confirm.routing) was
+    row over ``bound`` is set aside only where its token's MoE routing margin in HF (compat.shared.routing) was
     ``<= tie`` at one of them: bf16 may route that token to another expert than float32 (docs/gpu/moe).  Rows within
     the bound are judged (and pass) whatever their margin, so the count is of rows the rule really excused.
     """
-    from compat.confirm.routing import min_margin_upto
+    from compat.shared.routing import min_margin_upto
 
     worst, excused = {}, {}
     for i, k in enumerate(ids):

@@ -9,8 +9,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from compat.checkpoint import num_layers
-from compat.confirm.common import usage as _usage
-from compat.confirm.report import SERVE_EXIT
+from compat.shared.options import usage as _usage
+from compat.exit_policy import VERDICT_CODES
 
 from .files import manifest_or_usage, read_folder
 from .identity import describe, from_files
@@ -47,4 +47,4 @@ def validate(args) -> int:
     code = emit(result, doc, args, "every file passes the checks that need no server",
                 [f"  {name:16} not run: {why}" for name, why in not_run.items()]
                 + [f"  confirmed: {describe(doc['confirmed'])}"])
-    return SERVE_EXIT.get(result.verdict, code)
+    return VERDICT_CODES.get(result.verdict, code)

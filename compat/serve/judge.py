@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import copy
 
-from compat.confirm.tolerance import choose
+from compat.shared.tolerance import choose
 
 from . import logit_bounds
 from .runner import ServeResult, decide
 
-#: check name -> the reference its bound is taken against (compat.confirm.tolerance.choose)
+#: check name -> the reference its bound is taken against (compat.shared.tolerance.choose)
 ROW_CHECKS = {"hf_rows": "hf", "recompute": "hf", "twin": "twin"}
 
 

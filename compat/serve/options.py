@@ -40,7 +40,7 @@ import tempfile
 from pathlib import Path
 
 from compat import checkpoint
-from compat.confirm.common import resolve_common, usage as _usage
+from compat.shared.options import resolve_common, usage as _usage
 
 from . import amx_mla, identity
 
@@ -145,7 +145,7 @@ def spec_from_args(args, work_dir=None, vocab: int = 512, flags=()):
         return _usage(problem)
     longest = args.max_model_len - 1
     if args.prompts:
-        from compat.confirm.prompts import PromptsError, calls_from, load_prompts
+        from compat.shared.prompts import PromptsError, calls_from, load_prompts
 
         try:
             calls = calls_from(load_prompts(args.prompts, args.model, args.trust_remote_code, longest), args.sizes)
@@ -365,17 +365,17 @@ def _tail_lines(doc: dict, spec) -> list[str]:
 
 
 def exit_code(verdict: str, emitted: int) -> int:
-    """The serve path's code for ``verdict`` (compat.confirm.report.SERVE_EXIT: INCOMPLETE is 4, not WRONG's 1);
+    """The serve path's code for ``verdict`` (compat.exit_policy.VERDICT_CODES: INCOMPLETE is 4, not WRONG's 1);
     what ``emit`` returned for a verdict the table does not know."""
-    from compat.confirm.report import SERVE_EXIT
+    from compat.exit_policy import VERDICT_CODES
 
-    return SERVE_EXIT.get(verdict, emitted)
+    return VERDICT_CODES.get(verdict, emitted)
 
 
 def served_device() -> str:
     """The device row of the tolerance table: ``cpu`` for a CPU build of vLLM, else ``cuda`` (whose float32
     attention runs in TF32: a CPU bound there failed a right H200 run, docs/gpu/serve)."""
-    from compat.confirm.memory import cpu_build
+    from compat.shared.host_memory import cpu_build
 
     return "cpu" if cpu_build() else "cuda"
 

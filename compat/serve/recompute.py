@@ -20,7 +20,7 @@ see: a fault that makes the first captured id wrong exactly as the embedding wou
 step anchors it to the tokens.
 
 MoE routers are discontinuities: where a token's top-k margin in a step's layers is within one rounding step of
-the engine's dtype (compat.confirm.tolerance.routing_tie), a float32 recompute may route it otherwise than the
+the engine's dtype (compat.shared.tolerance.routing_tie), a float32 recompute may route it otherwise than the
 engine did, and that row, where it is over the bound, is excused -- counted, and capped: past ``EXCUSE_CEILING`` of an id's rows the step
 cannot vouch for that id, and the report says so (not looked at, never OK).
 """
@@ -31,7 +31,7 @@ import random
 import time
 from dataclasses import dataclass, field
 
-from compat.confirm.tolerance import EXCUSE_CEILING
+from compat.shared.tolerance import EXCUSE_CEILING
 
 from .layers import Layers, NotRebuilt, WeightIndex  # noqa: F401 (NotRebuilt re-exported for callers)
 
@@ -133,7 +133,7 @@ class _Margins:
         self._file = 0
 
     def attach(self, layer) -> None:
-        from compat.confirm.routing import margins
+        from compat.shared.routing import margins
 
         def hook(module, args):
             found = margins(module, args[0])

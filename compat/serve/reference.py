@@ -39,11 +39,11 @@ def hf_rows(model: str, prompts, ids: list[int], margins: dict | None = None,
             trust_remote_code: bool = False) -> dict[tuple, "object"]:
     """``{prompt: float32 [T, len(ids), H]}`` in ``ids`` order (entering convention; id L pre-norm).
 
-    ``margins``: a dict that gets, per prompt, each MoE router's per-token routing margin (compat.confirm.routing).
+    ``margins``: a dict that gets, per prompt, each MoE router's per-token routing margin (compat.shared.routing).
     """
     import torch
 
-    from compat.confirm.routing import MarginRecorder
+    from compat.shared.routing import MarginRecorder
 
     hf, decoder = load_hf(model, trust_remote_code)
     depth = decoder.config.num_hidden_layers

@@ -17,7 +17,8 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from compat.confirm.tolerance import EXCUSE_CEILING, routing_tie
+from compat.exit_policy import VERDICT_CODES
+from compat.shared.tolerance import EXCUSE_CEILING, routing_tie
 from compat.vllm_log import root_cause
 
 from . import checks, client, logit_bounds, recompute, reference, twin
@@ -38,7 +39,7 @@ FORCED_OFF = "forcing chunked prefill and prefix caching to be disabled"
 #: OK: every part the reference claims ran on every id and position it claims, and every comparison was within its
 #: bound.  WRONG: a comparison failed.  ERROR: the run itself failed (no verdict on the files).  INCOMPLETE: nothing
 #: failed, but a part could not run or a share of what it claims was not looked at; the report names each.
-EXIT_CODES = {"OK": 0, "WRONG": 1, "ERROR": 1, "INCOMPLETE": 4}
+EXIT_CODES = VERDICT_CODES
 
 
 def status(check: dict) -> str:
@@ -241,7 +242,7 @@ def _check_files(result: ServeResult, spec: ServeSpec, files) -> None:
 def row_tolerance(spec: ServeSpec, reference_kind: str = "hf"):
     """The row bound: ``--rtol`` where given, else the table's for this dtype and device against
     ``reference_kind`` (hf: another implementation in float32; twin: the same engine, only scheduling differs)."""
-    from compat.confirm.tolerance import choose
+    from compat.shared.tolerance import choose
 
     return choose(spec.dtype, spec.device, spec.rtol, reference_kind)
 

@@ -21,7 +21,7 @@ class ServeSpec:
     calls: list[list[list[int]]]
     layer_ids: list[int] | None = None  # None: speculators' default for this model
     dtype: str = "float32"
-    device: str = "cpu"  # picks the tolerance row (compat.confirm.tolerance)
+    device: str = "cpu"  # picks the tolerance row (compat.shared.tolerance)
     max_model_len: int = 512
     max_num_batched_tokens: int = 64
     max_num_seqs: int = 32

@@ -53,7 +53,7 @@ def extract_unavailable() -> str | None:
 def main(argv, on_tied=None, tee=None) -> int:
     """compat confirm's main() in this process.  ``on_tied()`` is called once confirm has tied its report to the
     speculators files it imported; ``tee`` (a path): what the vllm-extract reference returned is saved there."""
-    from compat.confirm import main as confirm_main
+    from compat.confirm_command import main as confirm_main
 
     hooks = {}
     if on_tied is not None:

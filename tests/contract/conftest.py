@@ -95,7 +95,7 @@ def engine_device(cell_report) -> str:
 
 @pytest.fixture(scope="session")
 def device_rtol(engine_device) -> float:
-    """The float32 per-layer bound on this device (compat.confirm.tolerance): CPU 1e-3, CUDA (TF32 attention) 2e-2."""
+    """The float32 per-layer bound on this device (compat.shared.tolerance): CPU 1e-3, CUDA (TF32 attention) 2e-2."""
     from compat.confirm import choose
 
     return choose("float32", engine_device).rtol
@@ -104,8 +104,8 @@ def device_rtol(engine_device) -> float:
 @pytest.fixture
 def keep_figures(request):
     """``keep_figures(figures) -> figures``: the measurement a test judges, kept beside its outcome in the cell's
-    record (compat.confirm.figures), so a later bound judges the record again without running vLLM again."""
-    from compat.confirm.figures import keep
+    record (compat.shared.figures), so a later bound judges the record again without running vLLM again."""
+    from compat.shared.figures import keep
 
     return lambda figures: keep(request.node.nodeid, figures)
 

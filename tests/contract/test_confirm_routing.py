@@ -1,4 +1,4 @@
-"""MoE routing margins (compat.confirm.routing) and the routing-tie rule of compare (issue 28), on real torch and
+"""MoE routing margins (compat.shared.routing) and the routing-tie rule of compare (issue 28), on real torch and
 transformers (a contract test: the lanes have them; the unit venv has neither).
 
 The oracle is Hugging Face's own DeepSeek-V3 router: a margin is right when moving the selection scores by less
@@ -16,8 +16,8 @@ pytest.importorskip("transformers.models.deepseek_v3.modeling_deepseek_v3",
                     reason="this transformers has no DeepSeek-V3 (the router whose margins are read)")
 
 from compat.confirm import compare as cmp  # noqa: E402
-from compat.confirm import routing  # noqa: E402
-from compat.confirm.tolerance import routing_tie  # noqa: E402
+from compat.shared import routing  # noqa: E402
+from compat.shared.tolerance import routing_tie  # noqa: E402
 
 def _router(experts=8, top_k=2, seed=0):
     from transformers import DeepseekV3Config
@@ -113,7 +113,7 @@ def test_a_row_off_at_a_routing_tie_is_a_note_not_a_problem():
 def test_tied_rows_past_the_ceiling_are_not_set_aside():
     """4 of 40 rows (10 %) off at a tie: more than EXCUSE_CEILING (5 %) of the layer; the layer is not vouched for
     (not looked at: INCOMPLETE, never OK, and not WRONG either: no row differed where the routing was decisive)."""
-    from compat.confirm.tolerance import EXCUSE_CEILING
+    from compat.shared.tolerance import EXCUSE_CEILING
 
     found = _call(margin=1e-4, off_rows=4)
     assert 4 / 40 > EXCUSE_CEILING and found["notes"] == [] and found["problems"] == [], found

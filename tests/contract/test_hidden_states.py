@@ -13,7 +13,7 @@ from __future__ import annotations
 import pytest
 
 from compat.confirm import RTOL, hf_reference, make_calls, num_layers
-from compat.confirm.figures import judge, layer_figures
+from compat.shared.figures import judge, layer_figures
 
 
 def _layer_stats(call):

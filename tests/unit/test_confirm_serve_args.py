@@ -11,7 +11,7 @@ import json
 import pytest
 
 from compat.confirm import cli as confirm_cli
-from compat.confirm.cli import add_arguments
+from compat.shared.arguments import add_arguments
 from compat.serve import options, server
 from compat.serve.plan import Rule
 

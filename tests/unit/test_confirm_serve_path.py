@@ -1,7 +1,7 @@
 """``compat confirm --path serve``: every confirm option reaches the server (or the check) it configures, or is
 refused with exit 2 and the reason; nothing is dropped (issue 30).
 
-Each test drives the user's command line (``compat.confirm.cli.main``) with the serve runner replaced by a
+Each test drives the user's command line (``compat.confirm_command.main``) with the serve runner replaced by a
 recorder, and asserts on the ``ServeSpec`` it would run and on ``vllm serve``'s command line built from it.  The
 expected values are the options given, and vLLM's own flag names (``vllm serve --help``: --max-model-len,
 --tensor-parallel-size, --pipeline-parallel-size, --gpu-memory-utilization, --max-num-batched-tokens).
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from compat.confirm.cli import main as confirm_main
+from compat.confirm_command import main as confirm_main
 from compat.serve import server as serve_server
 from compat.serve.runner import ServeResult
 
@@ -63,7 +63,7 @@ def _flag(argv, name):
 def test_the_generator_path_is_the_default():
     import argparse
 
-    from compat.confirm.cli import add_arguments
+    from compat.shared.arguments import add_arguments
 
     parser = argparse.ArgumentParser()
     add_arguments(parser)
@@ -86,7 +86,8 @@ def test_max_model_len_defaults_to_the_models_own_limit_when_under_512(tmp_path,
 
 
 def test_the_generator_path_takes_the_same_default(tmp_path):
-    from compat.confirm.cli import add_arguments, spec_from_args
+    from compat.confirm.cli import spec_from_args
+    from compat.shared.arguments import add_arguments
     import argparse
 
     parser = argparse.ArgumentParser()

@@ -21,7 +21,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from compat.confirm import tolerance as cp
+from compat.shared import tolerance as cp
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "gpu"
 BF16_ON_CPU = (4e-2, 8.45e-2)

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from compat import registry
-from compat.confirm.report import check
+from compat.confirm_command import check_report as check
 from compat.serve.spec import ServeSpec
 from fixtures.wheels import wheel
 

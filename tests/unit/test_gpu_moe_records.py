@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from compat.confirm.tolerance import ROUTING_TIE
+from compat.shared.tolerance import ROUTING_TIE
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -189,7 +189,7 @@ def test_a_gpu_record_is_staled_by_suite_files_changed_since_its_commit_not_by_t
     assert _judge_gpu(tree, record, then) == (evidence.CURRENT, "")
     _touch(tree / "compat" / "proof_evidence.py")
     assert _judge_gpu(tree, record, then) == (evidence.CURRENT, "")
-    _touch(tree / "compat" / "confirm" / "tolerance.py")  # the judge: it re-judges the run's figures (ci/judge.py)
+    _touch(tree / "compat" / "shared" / "tolerance.py")  # the judge: it re-judges the run's figures (ci/judge.py)
     assert _judge_gpu(tree, record, then) == (evidence.CURRENT, "")
     _touch(tree / "compat" / "confirm" / "compare.py")  # what computes the figures
     assert _judge_gpu(tree, record, then) == (evidence.STALE, "compat/confirm/compare.py changed since cccccccccc")

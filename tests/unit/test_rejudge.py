@@ -1,6 +1,6 @@
 """Measured once, judged many times: a change to the judge stales no cell and re-judges every record from its figures.
 
-Expected values from the bounds' own documented measurements (compat/confirm/tolerance.py's bases), not from the
+Expected values from the bounds' own documented measurements (compat/shared/tolerance.py's bases), not from the
 code under test: vLLM float32 against HF float32 on CPU stays near 1e-5 and a bf16 downcast is 4e-2 to 7e-2 per layer;
 float32 on an H200 (TF32 attention) measured up to 6.7e-3 (docs/gpu/records_a-e.json, the f set's ok_fp32 included).
 """
@@ -17,11 +17,11 @@ import pytest
 from ci import coverage, evidence, inputs, refresh, table
 from ci import judge as ci_judge
 from ci.gpu import record as gpu_record
-from compat.confirm import figures, tolerance
+from compat.shared import figures, tolerance
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = table.load()
-TOLERANCE = "compat/confirm/tolerance.py"
+TOLERANCE = "compat/shared/tolerance.py"
 HIDDEN = "tests/contract/test_hidden_states.py::test_hidden_states_equal_hf_at_every_layer"
 
 

@@ -13,8 +13,9 @@ import json
 
 import pytest
 
-from compat.confirm.cli import main as confirm_main
-from compat.confirm.report import SERVE_IDENTITY, check
+from compat.confirm_command import main as confirm_main
+from compat.confirm_command import check_report as check
+from compat.serve.check import IDENTITY as SERVE_IDENTITY
 
 CONFIRMED = {"source": "serve", "model": "/models/tiny-llama", "architectures": ["LlamaForCausalLM"],
              "wrapper_architectures": None, "model_type": "llama", "num_layers": 4, "hidden_size": 128,
@@ -95,10 +96,11 @@ def test_an_old_path_report_is_still_compared_with_the_install(tmp_path):
 
 
 def test_check_and_the_run_give_each_verdict_the_same_code():
-    from compat.confirm.report import SERVE_EXIT
+    from compat.exit_policy import VERDICT_CODES
     from compat.serve.runner import EXIT_CODES
 
-    assert SERVE_EXIT == EXIT_CODES
+    documented = {"OK": 0, "WRONG": 1, "ERROR": 1, "INCOMPLETE": 4}  # compat confirm --help's exit codes
+    assert VERDICT_CODES == documented and EXIT_CODES == documented
 
 
 def test_an_ok_with_a_part_not_looked_at_is_not_certified(tmp_path):

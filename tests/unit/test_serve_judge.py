@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from compat.confirm import tolerance
+from compat.shared import tolerance
 from compat.serve import judge, logit_bounds
 
 ROOT = Path(__file__).resolve().parents[2]

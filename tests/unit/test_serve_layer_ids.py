@@ -202,7 +202,8 @@ def test_unsorted_unique_ids_are_taken_and_compared_in_ascending_order(tmp_path)
 def test_compat_confirm_path_serve_refuses_them_too(tmp_path, capsys):
     import argparse
 
-    from compat.confirm.cli import add_arguments, run as confirm_run
+    from compat.confirm_command import run as confirm_run
+    from compat.shared.arguments import add_arguments
 
     parser = argparse.ArgumentParser()
     add_arguments(parser)

@@ -4,7 +4,7 @@ A newcomer's trial found every run (OK ones included) leaving its ``compat-serve
 file in the temp directory, ``--reference self`` serving ids 1,2,3,4 when 1,2,4 were asked without saying so, and a
 Ctrl-C during the server's start ending in a raw ``KeyboardInterrupt`` traceback with the folder left behind.
 
-These tests drive the user's command line (``compat.confirm.cli.main``) with the kit's serve runner replaced by a
+These tests drive the user's command line (``compat.confirm_command.main``) with the kit's serve runner replaced by a
 stand-in that does what the real one does to the folder (the server's ``storage`` and log in it) and returns a
 verdict, or is interrupted; the real server's Ctrl-C is tests/contract/serve/test_confirm_ux.py's.  The stop of a
 real process group under a Ctrl-C is tested here on a real child process.
@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from compat.confirm.cli import main as confirm_main
+from compat.confirm_command import main as confirm_main
 from compat.serve.runner import ServeResult
 from compat.serve.server import Server, deferred_interrupt
 from compat.serve.spec import ServeSpec

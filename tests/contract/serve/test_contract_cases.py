@@ -2,7 +2,7 @@
 
 Every file must hold one row per prompt token (``hidden_states.shape[0] == len(token_ids) == len(prompt)``), each
 id's row equal to Hugging Face float32 (id ``k`` = ``hidden_states[k]``, id ``L`` = the input of the final norm;
-compat.serve.reference) within compat.confirm.tolerance's bound, and the same prompt's files equal to each other
+compat.serve.reference) within compat.shared.tolerance's bound, and the same prompt's files equal to each other
 within the same-engine bound, whatever the scheduler did:
 
 (a) prefix caching on, a prompt sharing a 256-token prefix with an earlier one: served from the cache (the

@@ -70,7 +70,7 @@ def test_with_k10_every_fp8_file_validates_and_equals_hf(needed, server):
     import torch
     from safetensors.torch import load_file
 
-    from compat.confirm.tolerance import choose
+    from compat.shared.tolerance import choose
 
     switch.only("speculators", [K10])
     spec, _ = server

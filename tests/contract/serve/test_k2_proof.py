@@ -115,7 +115,7 @@ def read_all(running, spec, master, batch) -> list:
 
 
 def test_without_k2_no_sample_equals_hf(needed, vllm_base, master, hf):
-    from compat.confirm.tolerance import choose
+    from compat.shared.tolerance import choose
 
     model, batch, refs = hf
     spec, server = serve("k2-left-out", model, master, [K14])
@@ -150,7 +150,7 @@ def test_without_k2_no_sample_equals_hf(needed, vllm_base, master, hf):
 def test_with_k2_every_sample_equals_hf(needed, vllm_base, master, hf):
     import torch
 
-    from compat.confirm.tolerance import choose
+    from compat.shared.tolerance import choose
 
     model, batch, refs = hf
     spec, server = serve("k2-applied", model, master, [K14, K2])

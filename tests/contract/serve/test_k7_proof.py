@@ -103,6 +103,6 @@ def test_with_k7_every_file_is_whole_and_equals_hf(needed, server):
         assert data["token_ids"].tolist() == prompt
         assert tuple(data["hidden_states"].shape) == (len(prompt), len(IDS), HIDDEN)
         worst = max([worst, *checks.row_errors(data["hidden_states"], refs[tuple(prompt)], IDS).values()])
-    from compat.confirm.tolerance import choose
+    from compat.shared.tolerance import choose
 
     assert worst <= choose(spec.dtype, spec.device).rtol, worst

@@ -178,7 +178,7 @@ def test_files_alone_are_checked_and_the_manifest_is_written(truth, tmp_path, ca
     """``compat confirm --path serve --files DIR --reference self``: a user's own files, no server."""
     from safetensors.torch import save_file
 
-    from compat.confirm.cli import main as confirm_main
+    from compat.confirm_command import main as confirm_main
     from compat.serve.manifest import FILENAME, Manifest
 
     model, _, files, _, normed = truth

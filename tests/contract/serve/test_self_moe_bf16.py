@@ -4,7 +4,7 @@ Verifier: the tiny DeepSeek-V3 (MLA, 8 routed experts, the noaux_tc router with 
 router margins are small, so bf16 and a float32 recompute route some tokens to different experts).  The engine
 captured those tokens' rows after *its* routing; the recompute, in float32 from the captured input, may pick
 another expert there, and the row then differs by O(its scale) with the capture right.  Such rows, where the
-recompute's own router had a margin within one bf16 step (compat.confirm.tolerance.routing_tie), are set aside
+recompute's own router had a margin within one bf16 step (compat.shared.tolerance.routing_tie), are set aside
 and counted; past the ceiling (EXCUSE_CEILING of an id's rows) the step cannot vouch for the id and the verdict
 is INCOMPLETE, naming it.  What must never happen: WRONG on a right capture (the recompute had no tie handling and
 said WRONG at 0.69 on step 1->2).  The same files with one id scaled x3 are WRONG.

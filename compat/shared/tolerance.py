@@ -99,7 +99,7 @@ SAME_ENGINE_CUDA = {
         "the bf16 bound against HF float32, 1.8x the worst measured spread and never looser than an HF reference; "
         "the faults the twin exists for (another request's rows, a chunk never saved) are O(1)"),
 }
-#: A token's MoE routing counts as tied when its margin (compat.confirm.routing: k-th minus (k+1)-th selection score)
+#: A token's MoE routing counts as tied when its margin (compat.shared.routing: k-th minus (k+1)-th selection score)
 #: is within one rounding step of the dtype the engine routes in: there bf16 may pick another expert than HF float32,
 #: and the row then differs by O(its scale) with the capture right.  Measured on an H200 (vLLM 0.20.0, tiny
 #: DeepSeek-V3 with INT4 experts, bf16, 2026-12-02, docs/gpu/records_moe.json): every one of the rows over the bf16

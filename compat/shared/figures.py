@@ -1,6 +1,6 @@
 """What a contract test keeps of a measurement, and the verdict today's bounds give it: measured once, judged many.
 
-A test that judges per-layer errors against the bound (compat.confirm.tolerance) keeps the figures the judgement
+A test that judges per-layer errors against the bound (compat.shared.tolerance) keeps the figures the judgement
 reads -- each layer's worst (``within``: every one must be at or under the bound) or least (``beyond``: every one
 must be over it, the bf16 rejection) ``max|diff| / mean|h_ref|`` over its calls, the dtype, device and reference
 that pick the bound, and any problem no bound decides (order, shapes, a zero scale) -- and asserts :func:`judge`.
@@ -11,7 +11,7 @@ compat.serve.judge.
 
 from __future__ import annotations
 
-from compat.confirm.tolerance import choose
+from compat.shared.tolerance import choose
 
 #: the figures' format (a record's figures of another format are not judged again: their verdict stays as run)
 FORMAT = 1

@@ -1,7 +1,7 @@
 """What both paths of ``compat confirm`` share: the options they resolve alike and how a usage problem is said.
 
-Its own module so that the serve path (compat/serve/options.py, files_check.py) and the generator path's command
-line (compat/confirm/cli.py) both import it and not each other.
+The serve path (compat/serve/options.py, files_check.py) and the generator path (compat/confirm/cli.py) each
+resolve the shared command line with their own defaults, through the same checks and the same words.
 """
 
 from __future__ import annotations
