@@ -4,7 +4,7 @@
     python3 benchmarks/cell_parts.py seed:0.3.0 --rounds 2    # two rounds, the order turned each round
     python3 benchmarks/cell_parts.py --drop confirm --drop bf16
 
-Why: issue 32's P2 (the pinned cell at 12x ``import vllm``) is out of reach unless a claim leaves the cell, and
+Why: goal P2 (the pinned cell at 12x ``import vllm``) is out of reach unless a claim leaves the cell, and
 which one is a decision that needs each claim's price.  A cell's harness (tests/contract/harness.py, ``--mode
 cell``) runs only the parts its tests ask for; this benchmark asks for all of them (as the whole suite does) and
 then for all but one, in one run, on the same lane, and prints what leaving each out saves in wall and CPU

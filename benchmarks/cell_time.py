@@ -25,7 +25,7 @@ assert; the exit code is 1 when a pytest run failed.
 
 The yardstick: ``python -c "import vllm"`` is timed in each lane in the same run (before its cells), and each
 cell's median is printed as a multiple of it (wall and CPU), so runs on machines of other speeds, or under
-other load, compare (issue 20: "report cell / import").
+other load, compare ("report cell / import").
 
 ``--before REV`` times another commit's cell beside this checkout's in the same run: REV is checked out into
 a temporary git worktree, and each run times both trees on the same lane, in ABBA order so that a drifting

@@ -4,7 +4,7 @@
     python3 benchmarks/cpu_by_process.py --interval 0.1 --top 25 -- COMMAND ...
     python3 benchmarks/cpu_by_process.py --stacks -- COMMAND ...   # also what each process did (py-spy)
 
-Why: on 2 cores a cell's wall time cannot go below its CPU seconds / 2 (issue 32's P2 goal, 12 x ``import vllm``,
+Why: on 2 cores a cell's wall time cannot go below its CPU seconds / 2 (the P2 goal, 12 x ``import vllm``,
 is a CPU budget), and cutting CPU means starting fewer interpreters and engines, so the question is which
 processes burn it.  The command runs as a child; every descendant is sampled from ``/proc`` every ``--interval``
 seconds (``utime + stime`` of ``/proc/PID/stat``, the process's own CPU, its children not included) and grouped

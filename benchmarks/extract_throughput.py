@@ -1,4 +1,4 @@
-"""Hidden-state extraction throughput: the patched generator vs vLLM's extract_hidden_states vs HF (issue 10, item 5).
+"""Hidden-state extraction throughput: the patched generator vs vLLM's extract_hidden_states vs HF.
 
 Run it inside a lane whose speculators the kit has patched (``compat apply --verify`` exits 0)::
 

@@ -1,4 +1,4 @@
-"""Which per-layer statistic tells a one-layer shift from a correct run, on the tiny MLA models (issue 19 item 15).
+"""Which per-layer statistic tells a one-layer shift from a correct run, on the tiny MLA models.
 
 compat confirm judges ``max|diff| / mean|h_ref|`` per layer; it also records ``nrms`` (||diff|| / ||h_ref||) and
 ``min_cos`` (the smallest per-token cosine).  On a real checkpoint, massive activations may push a correct bf16 run

@@ -4,7 +4,7 @@
                                                                   # this checkout vs b4d4a2d, 5 rounds
     python3 benchmarks/plan_wheel.py --before b4d4a2d --rounds 7 --wheel W.whl --speculators S.whl
 
-The plan judges a wheel before anything is installed, so it is what a user runs first and often (issue 32's
+The plan judges a wheel before anything is installed, so it is what a user runs first and often (goal
 P3: at most 1.5 CPU seconds).  REV is checked out into a temporary git worktree; each round runs both trees'
 plan in fresh interpreters of this Python (ABBA order), from their own tree (``python -m compat.plan``), and
 compares their outputs: a faster plan that says something else is a bug, not a speed-up.  Prints each run's

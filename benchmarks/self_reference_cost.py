@@ -7,7 +7,7 @@ The same ``compat confirm --path serve`` (the same prompts, ids and server flags
 pays torch.compile's cold cache).  Per run it prints: the engine start (``server_start_s``: the yardstick, one
 model load), the client's calls, the whole run as a multiple of its engine start, and the reference's own time
 inside the run -- the prompts served again alone plus the checks beyond none's -- as a multiple of the engine
-start (the "extra model loads" of issue 30's P6); for ``self`` also the weight bytes its recompute read as a
+start (the "extra model loads" of goal P6); for ``self`` also the weight bytes its recompute read as a
 share of the checkpoint.  The base serve patches
 this vLLM needs (K1, K11, K12) are applied for the runs and the installed vLLM is left with the patches it had.
 Prints, never asserts.

@@ -5,7 +5,7 @@ lane's records.  (The command keeps the name it had when the block sat in README
     python -m ci readme --check          # exit 1 if the committed block is not what the records give
     python -m ci readme --take serve-k2  # first copy that lane's saved proof records from the cache into docs
 
-Why: every result the page quotes must come from a record (issue 29.9).  The block is regenerated like
+Why: every result the page quotes must come from a record.  The block is regenerated like
 PATCHES.md, and a unit test fails on any hand edit.  A proof that saves its record (``records.save``) writes it
 under the cache; ``--take`` copies the leave-one-out halves (``kN-left-out``, ``kN-applied``) into
 ``docs/records/self-reference/<lane>/``, where the block reads them, so committing them is one step.

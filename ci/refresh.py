@@ -34,7 +34,7 @@ from pathlib import Path
 from ci import coverage, evidence, inputs, readme, self_reference_page, table
 
 ROOT = Path(__file__).resolve().parents[1]
-#: a guess for a pipeline with no record at all (the old path's median cell on 2 cores, issue 32: 2-17 min)
+#: a guess for a pipeline with no record at all (the old path's median cell on 2 cores; cells take 2-17 min)
 DEFAULT_SECONDS = 600.0
 #: a current record in one of these is run again only when asked (``--failed``)
 FAILED = ("fail", "lane-broken")

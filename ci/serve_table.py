@@ -1,4 +1,4 @@
-"""The serve-lane table of docs/modern-path.md, built only from records (issue 29.9).
+"""The serve-lane table of docs/modern-path.md, built only from records.
 
 Why: a page that quotes a run by hand drifts from the run (the README once described four proofs no record held).
 Each row names the record it came from: a serve cell's (``docs/coverage/records``) or a proof's own saved record

@@ -149,7 +149,7 @@ def _decide(args) -> int:
         raise EnvironmentProblem(f"--exclude: no patch has the id {', '.join(unknown)} (known: {known}); "
                                  f"nothing was changed")
     decisions = list(verdicts.exclude(decisions, args.exclude))
-    said, no = plan_said(surface, judged, found["vllm"][1])  # the plan's rules, printed on every path, and its NO (issue 29.5)
+    said, no = plan_said(surface, judged, found["vllm"][1])  # the plan's rules, printed on every path, and its NO
     device, runner = proven.device_of(surface), proven.runner_of(surface)
     unproven_first = proven.summary(decisions, surface.version("vllm"), device, runner, surface.version("speculators"))
     if no is not None and mode in ("apply", "dry-run"):  # the plan's NO stops apply with the plan's exit code
@@ -163,7 +163,7 @@ def _decide(args) -> int:
     install = install_level(mode, result, serve=serve is not None)
     if no is not None:  # --verify reads what is on disk, and still answers the plan's NO
         result.problems.append(no)
-    # issue 19.4/19.17: what confirm cannot prove, and the needed patches no record proved on this release line
+    # what confirm cannot prove, and the needed patches no record proved on this release line
     lines = said["lines"] + proven.user_proofs(result.decisions)
     unproven = proven.summary(result.decisions, surface.version("vllm"), device, runner, surface.version("speculators"))
     lines += [f"unproven: {unproven}"] if unproven else []

@@ -10,11 +10,12 @@ import json
 import sys
 from pathlib import Path
 
+from . import pipelines
 from .registry import load_patches
 from .serve import proofs as serve_proofs
 
-#: the modern path's declarations (``patches/serve/``)
-SERVE = "serve"
+#: the modern path's declarations (``patches/serve/``: the pipeline table's serve patches)
+SERVE = pipelines.SERVE.patch_word
 ROOT = Path(__file__).resolve().parents[1]
 #: where a serve proof's own halves are saved, per lane (``python -m ci readme --take LANE``; the serve table of
 #: docs/modern-path.md)

@@ -48,7 +48,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def parse(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespace:
     """Parse; an option the command does not know is reported with that command's usage and the closest option it
-    has (``compat apply --dryrun``: did you mean --dry-run?), not with the top-level usage (issue 31.10)."""
+    has (``compat apply --dryrun``: did you mean --dry-run?), not with the top-level usage."""
     args, unknown = parser.parse_known_args(argv)
     if unknown:
         command = getattr(args, "parser", parser)

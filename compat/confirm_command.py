@@ -13,7 +13,9 @@ import argparse
 import os
 import sys
 
+from compat import pipelines
 from compat.exit_policy import ENVIRONMENT
+from compat.pipelines import Pipeline
 from compat.shared.arguments import DESCRIPTION, EXIT_CODES, add_arguments  # noqa: F401 (the console script's)
 
 #: the exit code of a Ctrl-C before the serve path could start anything: 128 + SIGINT, as a shell reports it
@@ -49,13 +51,39 @@ def _serve(args) -> int:
     return confirm_serve(args)
 
 
+def installed_pipeline() -> tuple[Pipeline | None, str]:
+    """The pipeline the speculators installed here takes, and how that was read (or why it could not be)."""
+    from compat.dists import AmbiguousInstall, find_distribution
+
+    try:
+        dist = find_distribution("speculators")
+    except AmbiguousInstall as exc:
+        return None, f"more than one speculators could be imported here ({exc})"
+    if dist is None:
+        return None, "speculators is not installed in this environment"
+    pipeline = pipelines.for_speculators(dist.version)
+    if pipeline is None:
+        return None, f"the installed speculators' version {dist.version!r} is not a version"
+    return pipeline, f"speculators {dist.version} is installed"
+
+
 def run(args, **hooks) -> int:
     """``compat confirm`` on parsed options: --check, a serve-path run, or a generator-path run (``hooks``: RunSpec
-    fields the generator path adds, for programs and tests)."""
+    fields the generator path adds, for programs and tests).  Without --path, the installed speculators picks."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     if args.check:
         return check_report(args.check, accept_weaker=args.accept_weaker)
-    if args.path == "serve":
+    if not args.model:  # both pipelines need it: the first thing to say, before which pipeline it would be
+        print("confirm: --model PATH is required (or --check REPORT)", file=sys.stderr)
+        return ENVIRONMENT
+    if args.path is None:
+        pipeline, read = installed_pipeline()
+        if pipeline is None:
+            print(f"confirm: cannot tell which pipeline to confirm: {read}; pass --path generator (speculators "
+                  f"0.3.0 / 0.4.x) or --path serve (speculators >= 0.5); nothing was run", file=sys.stderr)
+            return ENVIRONMENT
+        args.path = pipeline.name
+    if args.path == pipelines.SERVE.name:
         return _serve(args)
     from compat.confirm.cli import run_generator
 

@@ -10,7 +10,7 @@ the import system resolves (``find_spec``, nothing executed) is therefore
 proven to be listed in that distribution's RECORD; a second copy of the module,
 or a second dist-info claiming the same copy, is refused rather than guessed.
 
-Cost (issue 45.4): nothing here iterates ``importlib.metadata.distributions()``
+Cost: nothing here iterates ``importlib.metadata.distributions()``
 or parses a METADATA it does not need.  The dist-info folders are found by
 listing the directories on the path; a RECORD is read as bytes, once per
 process while the file is unchanged, only in a directory that holds a copy of

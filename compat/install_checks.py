@@ -18,7 +18,7 @@ silent build steps, and that no file patch can see:
 
 Read from installed metadata only (RECORD, METADATA, the CLI's source as text); nothing is imported.  Each
 distribution is found by its name (the dist-info folder's normalized name, :func:`compat.dists.named`): only the
-METADATA of ``torch``, its companions and ``vllm`` is read, never every installed distribution's (issue 45.4: parsing
+METADATA of ``torch``, its companions and ``vllm`` is read, never every installed distribution's (parsing
 them all was most of ``compat apply --dry-run``'s time).  A METADATA that cannot be read is unknown, said as such,
 never taken for an absent distribution.
 """

@@ -28,6 +28,8 @@ from typing import Iterable
 
 from packaging.version import InvalidVersion, Version
 
+from compat import pipelines
+
 #: verdicts under which a patch is (or will be) on disk because the plan needs it
 NEEDED = ("needed", "apply", "already-applied")
 
@@ -150,7 +152,7 @@ def _runners(runner) -> frozenset:
 
 
 def _generator(decision) -> str | None:
-    return SERVE if ".serve." in decision.patch.id else decision.variant
+    return SERVE if pipelines.of_patch_id(decision.patch.id) is pipelines.SERVE else decision.variant
 
 
 def proven_on(patch_id: str, line: str | None, variant: str | None, runner: str = RECORDED_RUNNER) -> list[str]:

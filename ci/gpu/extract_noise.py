@@ -1,4 +1,4 @@
-"""How far vLLM's own extract_hidden_states moves with the batch it runs in (GPU lane, issue 28).
+"""How far vLLM's own extract_hidden_states moves with the batch it runs in (GPU lane).
 
 confirm's same-engine bound assumes vllm-extract is a near-exact twin of the generator's engine. This runs the
 reference twice on the same prompts (all in one batch; then each prompt in a batch of its own) and prints the

@@ -1,4 +1,4 @@
-"""docs/gpu/moe/README.md from the issue-28 records: every figure on the page is read from a record here.
+"""docs/gpu/moe/README.md from the GPU MoE records: every figure on the page is read from a record here.
 
 usage: python -m ci.gpu.moe_page [--check]    (--check: exit 1 when the committed page differs)
 """
@@ -172,7 +172,7 @@ def _noise(name: str) -> dict:
 
 
 def _vllm_026() -> list[str]:
-    """issue 28's vLLM 0.26.0 runs (2026-12-05, one H100): every figure read from the records in moe/h100/."""
+    """The vLLM 0.26.0 runs (2026-12-05, one H100): every figure read from the records in moe/h100/."""
     a, b, real = _records("kh26a"), _records("kh26b"), _records("realpin26")
     pinned, order, natural = a["kh_pinned_int4_hf"], a["kh_pinned_int4_no_order"], b["kh_int4_hf"]
     rp = real["kimi_real_pinned_int4_extract"]

@@ -1,4 +1,4 @@
-"""Keep a device's ``compat confirm --path serve`` reports as records the docs can cite (issue 30 on the H200).
+"""Keep a device's ``compat confirm --path serve`` reports as records the docs can cite.
 
     python -m ci.gpu.self_records OUT_DIR/confirm_x.json NAME --stamp OUT_DIR/stamp.json --commit SHA [--note ...]
 

@@ -44,7 +44,7 @@ class Reference(NamedTuple):
 
 
 class RoutedReference(Reference):
-    """A ``Reference`` that also carries the MoE routing margins of its pass (issue 28), still a triple to unpack.
+    """A ``Reference`` that also carries the MoE routing margins of its pass, still a triple to unpack.
 
     ``routing[tuple(prompt)]``: ``{decoder layer: float32 [tokens]}`` (compat.shared.routing), or None.
     """

@@ -46,7 +46,7 @@ def hf_reference(model_path: str, prompts, layers, dtype: str = "float32",
     model = AutoModelForCausalLM.from_pretrained(model_path, torch_dtype=getattr(torch, dtype),
                                                  trust_remote_code=trust_remote_code).eval()
     refs, routing = {}, {}
-    recorder = MarginRecorder(model)  # MoE checkpoints: how near each token's routing is to a tie (issue 28)
+    recorder = MarginRecorder(model)  # MoE checkpoints: how near each token's routing is to a tie
     try:
         with torch.no_grad():
             for prompt in prompts:

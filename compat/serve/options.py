@@ -294,7 +294,7 @@ def _confirm_serve(args, folder: RunFolder, vocab: int) -> int:
         return _files(args)
     from compat import install_checks
 
-    blockers = install_checks.serve_blockers()  # before any server starts or folder is made (issue 31.1)
+    blockers = install_checks.serve_blockers()  # before any server starts or folder is made
     if blockers:
         for blocker in blockers:
             print(f"error: `vllm serve` cannot start on this install: {blocker}", file=sys.stderr)

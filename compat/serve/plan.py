@@ -17,9 +17,9 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from packaging.version import InvalidVersion, Version
+from packaging.version import Version
 
-from compat import builds, exit_policy, install_checks, proven, registry, report
+from compat import builds, exit_policy, install_checks, pipelines, proven, registry, report
 from compat.astkit import Reader
 from compat.layout import cache_root
 from compat.probes import PROBES, Unknown
@@ -29,7 +29,7 @@ from compat.verdicts import Decision
 
 from .probes.layer_ids import default_layer_ids, prescribed, repeated, repeating_defaults
 
-MODERN = Version("0.5.0")
+MODERN = pipelines.MODERN  # the first speculators release of this pipeline
 
 
 @dataclass
@@ -88,10 +88,7 @@ def wants(wanted: str | None) -> bool:
         except SourceError:
             return False
         version = source.version if source else None
-    try:
-        return version is not None and Version(version) >= MODERN
-    except InvalidVersion:
-        return False
+    return pipelines.for_speculators(version) is pipelines.SERVE
 
 
 def _installed_hs_connectors():
@@ -236,7 +233,7 @@ def _kv_cache_records(vllm_version: str | None) -> str:
 
 
 def _mooncake_on_cpu(v) -> list[Rule]:
-    """The Mooncake backend on a CPU build (issue 29.8): what no patch covers, as a NO for that backend only (the
+    """The Mooncake backend on a CPU build: what no patch covers, as a NO for that backend only (the
     file backend does not load hs-connectors)."""
     host_copy = v("serve.hs_connectors.mooncake.host_copy")
     if host_copy == "accelerator-module":
@@ -357,11 +354,7 @@ def judge_installed(surface):
     """The plan of an installed surface on the serve path (speculators >= 0.5), as :func:`judge_surface` gives it:
     (decisions, rules, (answer, exit code)); None for the old path.  ``compat apply`` in every mode carries it, so
     apply, --dry-run and --verify give the plan's answer and exit code for the same install."""
-    version = surface.version("speculators")
-    try:
-        if version is None or Version(version) < MODERN:
-            return None
-    except InvalidVersion:
+    if pipelines.for_speculators(surface.version("speculators")) is not pipelines.SERVE:
         return None
     _hs_connectors(surface, installed_only=True)
     return judge_surface(surface)

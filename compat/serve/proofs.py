@@ -6,7 +6,7 @@ declaration ``patches/serve/kN_*.py``; a proof on the released file (no server) 
 ``tests/unit/test_serve_patch_proofs.py`` that names the patch id; the serve cells' records
 (``docs/coverage/records``, ``"path": "serve"``) say where the contract proof passed.  A copy of the kit without
 its ``tests/`` (an installed wheel) reads the evidence shipped in the package (``compat/proof_evidence.py``, from the
-same records), the one ``compat apply``'s "unproven" line reads: one answer (issue 31.5).
+same records), the one ``compat apply``'s "unproven" line reads: one answer.
 """
 
 from __future__ import annotations

@@ -92,8 +92,8 @@ def run(spec: ServeSpec) -> ServeResult:
 
 
 def progress():
-    """``say(text)``: one line per stage as it happens, with the seconds since the run began (issue 31.8: a serve
-    confirm sat silent for minutes).  On stderr: stdout's first line is the verdict and its root cause (issue 30)."""
+    """``say(text)``: one line per stage as it happens, with the seconds since the run began (a serve
+    confirm silent for minutes looks hung).  On stderr: stdout's first line is the verdict and its root cause."""
     import sys
 
     began = time.monotonic()
@@ -249,7 +249,7 @@ def row_tolerance(spec: ServeSpec, reference_kind: str = "hf"):
 
 def _check_hf(result: ServeResult, spec: ServeSpec, files) -> None:
     started = time.monotonic()
-    margins: dict = {}  # MoE checkpoints: each token's routing margin in HF (issue 28)
+    margins: dict = {}  # MoE checkpoints: each token's routing margin in HF
     refs = reference.hf_rows(spec.model, [p for p, _ in files], spec.rows, margins, spec.trust_remote_code)
     tol = row_tolerance(spec)
     tie = routing_tie(spec.dtype)

@@ -140,7 +140,7 @@ class Server:
     def _wait_healthy(self, started: float) -> None:
         said = started
         while time.monotonic() - started < self.spec.start_timeout_s:
-            if time.monotonic() - said >= HEARTBEAT_S:  # a cold start on 2 busy cores took 133 s (issue 31.8)
+            if time.monotonic() - said >= HEARTBEAT_S:  # a cold start on 2 busy cores took 133 s
                 said = time.monotonic()
                 print(f"          vllm serve still starting ({said - started:.0f} s; {self.log})", file=sys.stderr,
                       flush=True)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 
+from compat.pipelines import PIPELINES
 from compat.shared.tolerance import FLOAT32_CUDA, HALF, RTOL, SAME_ENGINE
 
 #: what --reference may name: the generator path's references (compat.confirm.reference.BUILDERS) and self
@@ -36,8 +37,10 @@ EXIT_CODES = ("Exit codes: 0 every layer equals the reference and every invarian
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--path", choices=("generator", "serve"), default="generator",
-                        help="generator: speculators 0.3.0/0.4.x's in-process generator (default); serve: speculators "
+    parser.add_argument("--path", choices=tuple(PIPELINES), default=None,
+                        help="which pipeline to confirm (default: the one the installed speculators takes; none "
+                        "installed or its version unreadable: exit 2, name it). generator: speculators 0.3.0/0.4.x's "
+                        "in-process generator; serve: speculators "
                         ">= 0.5's path, a real `vllm serve` with extract_hidden_states and the file connector driven by "
                         "speculators' own client, every row vs HF and the final row's logits vs the server's "
                         "prompt_logprobs (--layers are then vLLM's aux ids: id k is the "

@@ -1,4 +1,4 @@
-"""How close each token's MoE routing is to a tie, in the Hugging Face reference pass (issue 28).
+"""How close each token's MoE routing is to a tie, in the Hugging Face reference pass.
 
 Why: a top-k router is a discontinuity of the model.  Where the k-th and (k+1)-th expert scores of a token lie
 closer than the rounding of a bfloat16 forward moves them, vLLM in bf16 may pick another expert than HF in

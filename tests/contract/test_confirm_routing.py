@@ -1,4 +1,4 @@
-"""MoE routing margins (compat.shared.routing) and the routing-tie rule of compare (issue 28), on real torch and
+"""MoE routing margins (compat.shared.routing) and the routing-tie rule of compare, on real torch and
 transformers (a contract test: the lanes have them; the unit venv has neither).
 
 The oracle is Hugging Face's own DeepSeek-V3 router: a margin is right when moving the selection scores by less

@@ -1,6 +1,6 @@
 """``compat confirm --reference vllm-extract`` on the tiny DeepSeek-V3 and Kimi-K2.5 (MLA + MoE), held against HF.
 
-Issue 10's "Done when": vLLM's own EAGLE-3 ``extract_hidden_states`` path (the reference
+What must hold: vLLM's own EAGLE-3 ``extract_hidden_states`` path (the reference
 ``compat confirm --reference vllm-extract`` uses, ``compat.confirm.reference.vllm_extract``)
 agrees with Hugging Face on both tiny models, and confirm's verdict on them is OK.
 

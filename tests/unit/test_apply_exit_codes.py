@@ -1,4 +1,4 @@
-"""Issue 19 item 9: one exit-code policy, every output checked before any change, no traceback on bad input.
+"""One exit-code policy, every output checked before any change, no traceback on bad input.
 
 End to end on the synthetic site-packages of ``test_apply_hardening`` (real vLLM, speculators and
 transformers files, RECORD hashes), one CLI call per step, as a user runs it.

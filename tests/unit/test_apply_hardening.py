@@ -1,4 +1,4 @@
-"""``python -m compat.apply`` end to end on issue 7's cases: a synthetic site-packages with real vLLM,
+"""``python -m compat.apply`` end to end on the hard cases: a synthetic site-packages with real vLLM,
 speculators and transformers files (RECORD hashes included), one CLI call per step, as a user runs it."""
 
 from __future__ import annotations
@@ -64,12 +64,12 @@ def no_traceback(proc: subprocess.CompletedProcess) -> None:
     assert "Traceback" not in proc.stderr + proc.stdout, proc.stderr
 
 
-# -- item 7: a speculators without a generator this kit knows -----------------------------------------------
+# -- a speculators without a generator this kit knows -------------------------------------------------------
 
 
 @pytest.mark.parametrize("mode", [(), ("--dry-run",), ("--verify",)], ids=["apply", "dry-run", "verify"])
 def test_speculators_without_a_generator_is_nothing_to_patch_exit_3(tmp_path, mode):
-    # 0.2.0 ships neither the generator nor the serve client (0.5.0+ is patched on the serve path, issue 21)
+    # 0.2.0 ships neither the generator nor the serve client (0.5.0+ is patched on the serve path)
     site = build(tmp_path / "site", speculators="0.2.0")
     proc = cli(site, *mode, "--json-file", str(tmp_path / "r.json"))
     no_traceback(proc)
@@ -94,7 +94,7 @@ def test_unknown_generator_shape_is_still_unknown_surface_exit_1(tmp_path):
     assert snapshot(site) == before
 
 
-# -- item 8: the report describes what is on disk ------------------------------------------------------------
+# -- the report describes what is on disk --------------------------------------------------------------------
 
 
 def test_verify_and_dry_run_after_an_exclude_apply_report_what_is_on_disk(site):
@@ -105,7 +105,7 @@ def test_verify_and_dry_run_after_an_exclude_apply_report_what_is_on_disk(site):
     written = sorted(i for i, p in done.items() if p["verdict"] == "apply")
     assert len(written) >= 5 and all(done[i]["on_disk"] == "applied" for i in written)
 
-    verify = cli(site, "--verify", "--json")  # issue 19 item 6: a needed patch off disk is a problem, named
+    verify = cli(site, "--verify", "--json")  # a needed patch off disk is a problem, named
     assert verify.returncode == 1, verify.stdout + verify.stderr
     doc = as_json(verify)
     state = {p["id"]: p for p in doc["patches"]}
@@ -164,7 +164,7 @@ def test_json_prints_the_document_to_stdout_and_the_module_follows_the_cli_contr
     assert json.loads((site.parent / "copy.json").read_text()) == doc
 
 
-# -- item 5: revert without state ----------------------------------------------------------------------------
+# -- revert without state ------------------------------------------------------------------------------------
 
 
 def test_revert_without_state_but_patched_files_exits_1_and_restores_nothing(site):
@@ -183,7 +183,7 @@ def test_revert_of_a_pristine_install_is_still_a_clean_exit_0(site):
     assert proc.returncode == 0 and "restored 0 file(s)" in proc.stdout, proc.stdout + proc.stderr
 
 
-# -- item 3: all or nothing ----------------------------------------------------------------------------------
+# -- all or nothing ------------------------------------------------------------------------------------------
 
 
 @pytest.mark.skipif(shutil.which("unshare") is None, reason="needs util-linux unshare")
@@ -203,7 +203,7 @@ def test_read_only_package_subdirectory_exits_2_and_changes_nothing(site):
     assert not list((site / STATE_DIR).glob("speculators-*"))
 
 
-# -- item 4: another user, unreadable state -------------------------------------------------------------------
+# -- another user, unreadable state ---------------------------------------------------------------------------
 
 
 @pytest.fixture
@@ -249,7 +249,7 @@ def test_unopenable_lock_file_exits_2_with_a_clear_message(site):
     assert snapshot(site) == before
 
 
-# -- item 6: links, encodings, line endings --------------------------------------------------------------------
+# -- links, encodings, line endings ----------------------------------------------------------------------------
 
 
 def test_crlf_speculators_is_patched_without_mixed_line_endings(tmp_path):

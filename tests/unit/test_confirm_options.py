@@ -1,4 +1,4 @@
-"""compat confirm's options (issue 10, item 4): parsing, the prompts file format, bad input, and --check.
+"""compat confirm's options: parsing, the prompts file format, bad input, and --check.
 
 No vLLM here: every bad command line must end with a clear message and exit 2
 before anything runs (no log file, no engine, no Traceback); --check is judged
@@ -75,7 +75,7 @@ def test_gpu_share_reaches_the_generator_and_the_extract_reference(tmp_path):
     (["--tensor-parallel-size", "eight"], "invalid int value"),
 ])
 def test_bad_choices_are_usage_errors(argv, needle):
-    proc = subprocess.run([sys.executable, "-m", "compat.confirm", "--model", "m", *argv], capture_output=True,
+    proc = subprocess.run([sys.executable, "-m", "compat.confirm", "--path", "generator", "--model", "m", *argv], capture_output=True,
                           text=True, cwd=ROOT)
     assert proc.returncode == 2 and needle in proc.stderr and "Traceback" not in proc.stderr
 
@@ -99,7 +99,7 @@ def checkpoint(tmp_path):
 
 def run_confirm(checkpoint, tmp_path, *argv):
     log = tmp_path / "never.log"
-    proc = subprocess.run([sys.executable, "-m", "compat.confirm", "--model", str(checkpoint), "--log", str(log),
+    proc = subprocess.run([sys.executable, "-m", "compat.confirm", "--path", "generator", "--model", str(checkpoint), "--log", str(log),
                            *argv], capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert "Traceback" not in proc.stderr, proc.stderr
     assert not log.exists(), "a refused command line must not start anything"
@@ -116,7 +116,7 @@ def run_confirm(checkpoint, tmp_path, *argv):
     (["--rtol", "0"], "--rtol must be > 0"),
     (["--gpu-memory-utilization", "0"], "--gpu-memory-utilization must lie in (0, 1]"),
     (["--gpu-memory-utilization", "1.5"], "--gpu-memory-utilization must lie in (0, 1]"),
-    # a --max-model-len under the generated prompts' 400 tokens now caps them (issue 30: the prompts fit it)
+    # a --max-model-len under the generated prompts' 400 tokens caps them (the prompts must fit it)
     (["--max-model-len", "1"], "--max-model-len 1 leaves no room"),
 ])
 def test_bad_values_exit_2_before_anything_runs(checkpoint, tmp_path, argv, needle):

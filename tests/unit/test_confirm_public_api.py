@@ -1,4 +1,4 @@
-"""No test reaches into compat's private names, and none rebinds a name of compat.confirm (issue 20).
+"""No test reaches into compat's private names, and none rebinds a name of compat.confirm.
 
 The contract harness imported nine private names of compat.confirm and monkeypatched ``_tie_to_files`` and
 ``release_zmq`` at run time: a refactor of confirm broke the tests, or worse, the tests ran other code than users

@@ -1,5 +1,5 @@
 """``compat confirm --path serve``: every confirm option reaches the server (or the check) it configures, or is
-refused with exit 2 and the reason; nothing is dropped (issue 30).
+refused with exit 2 and the reason; nothing is dropped.
 
 Each test drives the user's command line (``compat.confirm_command.main``) with the serve runner replaced by a
 recorder, and asserts on the ``ServeSpec`` it would run and on ``vllm serve``'s command line built from it.  The
@@ -60,14 +60,15 @@ def _flag(argv, name):
     return argv[argv.index(name) + 1]
 
 
-def test_the_generator_path_is_the_default():
+def test_without_path_the_installed_speculators_picks_the_pipeline():
+    """No default pipeline in the parser: the installed speculators decides (tests/unit/test_pipelines.py)."""
     import argparse
 
     from compat.shared.arguments import add_arguments
 
     parser = argparse.ArgumentParser()
     add_arguments(parser)
-    assert parser.parse_args(["--model", "m"]).path == "generator"
+    assert parser.parse_args(["--model", "m"]).path is None
 
 
 def test_max_model_len_reaches_the_server_and_the_prompts_fit(tmp_path, ran):
@@ -189,7 +190,7 @@ def test_a_prompt_over_max_model_len_is_refused(tmp_path, ran, capsys):
 
 
 def test_reference_self_is_refused_on_the_generator_path(tmp_path, capsys):
-    assert confirm_main(["--model", _model(tmp_path), "--layers", "0,1", "--reference", "self"]) == 2
+    assert confirm_main(["--path", "generator", "--model", _model(tmp_path), "--layers", "0,1", "--reference", "self"]) == 2
     assert "--reference self is the serve path's" in capsys.readouterr().err
 
 
@@ -216,7 +217,7 @@ def test_a_dead_server_error_names_the_cause_first(tmp_path):
 
 def test_files_is_the_serve_paths_and_wants_a_folder(tmp_path, ran, capsys):
     model = _model(tmp_path)
-    assert confirm_main(["--model", model, "--layers", "0,1", "--files", str(tmp_path)]) == 2
+    assert confirm_main(["--path", "generator", "--model", model, "--layers", "0,1", "--files", str(tmp_path)]) == 2
     assert "--files is the serve path's" in capsys.readouterr().err
     assert _confirm(model, "--files", str(tmp_path / "absent")) == 2
     assert "not a folder" in capsys.readouterr().err and not ran

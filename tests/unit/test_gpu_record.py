@@ -8,7 +8,7 @@ from ci import evidence
 from ci.gpu import record as gpu_record
 
 SETS = ("a", "b", "c", "e", "f", "g", "h", "pp2_async", "kh26a", "kh26b")
-#: the record each set was written as (the sets before 2026-12-05 ran on H200s, issue 28's 0.26.0 sets on an H100)
+#: the record each set was written as (the sets before 2026-12-05 ran on H200s, the vLLM 0.26.0 sets on an H100)
 RECORD = {**{name: f"h200-set-{name}" for name in SETS}, "kh26a": "h100-set-kh26a", "kh26b": "h100-set-kh26b"}
 
 

@@ -17,7 +17,7 @@ def test_a_hand_edited_figure_is_caught(tmp_path, monkeypatch):
 
 
 def test_no_record_has_self_ok_where_hf_says_wrong():
-    """Issue 30's table rule on the H200: the K13 pair agrees, and the right runs agree under today's bounds."""
+    """The self-reference rule on the H200: the K13 pair agrees, and the right runs agree under today's bounds."""
     records = self_page._records()
     assert self_page.verdict_today(records["k13-left-out-self"]) == records["k13-left-out-hf"]["verdict"] == "WRONG"
     assert self_page.verdict_today(records["applied-self-float32"]) == records["applied-hf-float32"]["verdict"] == "OK"

@@ -1,6 +1,6 @@
-"""No two modules of the kit import each other, directly or around a loop (issue 30.8: exit_policy <-> verdicts,
+"""No two modules of the kit import each other, directly or around a loop (exit_policy <-> verdicts,
 probes/serve <-> probes/serve_connector, now serve/probes/vllm and serve/probes/connector, and confirm/cli <->
-serve/options were such loops).
+serve/options were such loops once).
 
 Every import counts, also one inside a function or under TYPE_CHECKING: a loop there still ties two rooms together.
 """

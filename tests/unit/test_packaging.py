@@ -1,4 +1,4 @@
-"""``pip install .`` builds the wheel users get: quietly, and with every module and data file (issue 23).
+"""``pip install .`` builds the wheel users get: quietly, and with every module and data file.
 
 setuptools warns (45 lines, "Package 'compat.surfaces' is absent from the `packages` configuration") when
 package data sits in a folder that is no declared package; a future setuptools drops such files.

@@ -209,7 +209,7 @@ def test_read_only_site_packages_is_refused(tmp_path):
     assert toy.snapshot(site) == toy.PRISTINE
 
 
-# -- issue 7: all or nothing, permissions, revert without state, links, encodings, immutable decisions ----------
+# -- all or nothing, permissions, revert without state, links, encodings, immutable decisions -------------------
 
 from dataclasses import FrozenInstanceError  # noqa: E402
 

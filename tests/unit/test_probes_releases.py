@@ -1,7 +1,7 @@
 """Static probes on real vLLM sources from releases that straddle the change points.
 
-Expected values are written from the published change points (issue #2's
-table), not computed by the code under test.  Wheels are fetched once into
+Expected values are written from the published change points (a table
+of upstream facts), not computed by the code under test.  Wheels are fetched once into
 the cache outside the repo by ``fixtures/wheels.py``.
 """
 
@@ -158,7 +158,7 @@ def _where(reading):
     return (reading.file, reading.line)
 
 
-# -- transformers 5.24.0 removed modeling_attn_mask_utils (issue 19 item 3) ---------------------------------------
+# -- transformers 5.24.0 removed modeling_attn_mask_utils ---------------------------------------------------------
 
 #: upstream fact: transformers/modeling_attn_mask_utils.py ships in every release up to 5.23.0 and not in 5.24.0
 ATTN_MASK_UTILS = {"4.40.0": "present", "4.57.6": "present", "5.3.0": "present", "5.19.0": "present",

@@ -1,4 +1,4 @@
-"""The README's commands and example outputs, checked against the kit's real output (issue 23).
+"""The README's commands and example outputs, checked against the kit's real output.
 
 A newcomer copies the README word by word, so every command it shows must
 work as written and every figure it quotes must come from a command or a
@@ -229,7 +229,7 @@ def test_the_time_and_disk_next_to_the_two_commands_are_the_records():
 
 
 def test_the_silent_first_contract_test_is_quoted_from_the_record():
-    """Issue 31.8: the maintainers' page and lanes.py's note give pytest's silence on
+    """The maintainers' page and lanes.py's note give pytest's silence on
     test_confirm_cli.py as measured."""
     record = json.loads((ROOT / "docs" / "first_hour.json").read_text())["shared"]
     quoted = f"{record['first_contract_test_silent_minutes']} min at load {record['load']}"

@@ -1,4 +1,4 @@
-"""Issue 29.9: every result the serve table quotes comes from the record its row names.
+"""Every result the serve table quotes comes from the record its row names.
 
 The table sits in docs/modern-path.md (``readme.PAGE``).  The block between the
 page's markers is regenerated from the records (``python -m ci readme``) and must equal

@@ -1,4 +1,4 @@
-"""Issue 29.10: speculators' default layer ids repeat for small models, and the kit says so wherever ids are known.
+"""Speculators' default layer ids repeat for small models, and the kit says so wherever ids are known.
 
 Upstream facts: speculators' scripts/launch_vllm.py defaults to ``[2, L//2, L-3, L]`` (v0.5.0 and HEAD), which gives
 [2, 2, 1, 4] for 4 layers and [2, 2, 2, 5] for 5; vLLM 0.17-0.33 size the extract buffer by len(ids) and capture

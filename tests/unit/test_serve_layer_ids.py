@@ -129,7 +129,7 @@ def test_plan_takes_unique_ids_and_notes_the_ascending_row_order(tmp_path):
 
 
 def test_plan_without_ids_is_unchanged(tmp_path):
-    """The answer is; its one layer-id rule is the NOTE on speculators' repeating default ids (issue 29.10)."""
+    """The answer is; its one layer-id rule is the NOTE on speculators' repeating default ids."""
     code, doc = _plan(tmp_path, "0.32.0")
     said = [r for r in doc["rules"] if "layer ids" in r["text"]]
     assert code == 0 and [(r["word"], "default layer ids" in r["text"]) for r in said] == [("NOTE", True)], said

@@ -1,4 +1,4 @@
-"""Issue 29.4: what ``compat apply`` writes, ``compat apply --verify`` finds, for every serve patch on real wheels.
+"""What ``compat apply`` writes, ``compat apply --verify`` finds, for every serve patch on real wheels.
 
 ``--verify`` looks for each edit's replacement (anchor included) in the
 patched file.  An edit whose anchor spans another edit's insertion point

@@ -1,4 +1,4 @@
-"""Issue 29.8: the Mooncake backend on a CPU build, and which hs-connectors the plan judges.
+"""The Mooncake backend on a CPU build, and which hs-connectors the plan judges.
 
 Upstream facts, read from the wheels here: hs-connectors 0.9.0's Mooncake connector imports
 ``hs_connectors.device.accelerator_module``, which raises "No accelerator is available." when

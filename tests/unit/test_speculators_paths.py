@@ -1,4 +1,4 @@
-"""Issue 29.2: ``compat plan --speculators PATH`` reads sdists, ``src/`` layouts and checkouts, or says why not.
+"""``compat plan --speculators PATH`` reads sdists, ``src/`` layouts and checkouts, or says why not.
 
 Upstream facts, read from speculators' own archives: the 0.4.0.1 and 0.9.0 sdists keep the package under
 ``src/speculators/`` (the wheels at ``speculators/``), with the same files; the 0.9.0 pyproject.toml declares its

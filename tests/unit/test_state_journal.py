@@ -67,7 +67,7 @@ def test_a_manifest_written_by_the_first_release_of_the_kit_is_still_read(tmp_pa
     assert toy.snapshot(site) == toy.expected({"toy.y"})
 
 
-# -- issue 19 item 11: an open record whose writer still runs is "running", not "interrupted" ----------------
+# -- an open record whose writer still runs is "running", not "interrupted" ----------------------------------
 
 
 def _reopen(site, pid: int, started_at: str) -> None:

@@ -25,7 +25,7 @@ def test_diff_names_every_changed_probe_old_and_new():
     assert changes["scheduler.block_size"] == {"old": "absent", "new": "required"}
     assert "kv_cache.from_groups.kv_cache_specs" not in changes  # changes only at 0.12.0
     lines = surface_cli("diff", "0.11.1", "0.12.0").stdout.splitlines()
-    # the header says which sides were compared whether or not anything changed (issue 23)
+    # the header says which sides were compared whether or not anything changed
     assert lines[0] == f"0.11.1 -> 0.12.0: {len(lines) - 1} probe(s) changed"
     assert "  kv_cache.from_groups.kv_cache_specs: required -> absent" in lines
 

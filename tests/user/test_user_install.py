@@ -117,8 +117,8 @@ def test_a_plain_user_install_reaches_a_proven_serve_path(user, tmp_path):
 
     confirm = user("compat", "confirm", "--path", "serve", "--model", model, "--layers", "1,2,4", timeout=2400)
     assert confirm.returncode == 0 and "OK" in confirm.stdout, confirm.stdout[-4000:] + confirm.stderr[-4000:]
-    said = confirm.stderr.splitlines()  # progress on stderr; stdout's first line is the verdict (issue 30)
-    assert any("vllm-serve.log" in line for line in said[:3]), said[:3]  # the log path first, then each stage (31.8)
+    said = confirm.stderr.splitlines()  # progress on stderr; stdout's first line is the verdict
+    assert any("vllm-serve.log" in line for line in said[:3]), said[:3]  # the log path first, then each stage
     for stage in ("server healthy after", "call 1/2", "call 2/2", "checking"):
         assert any(stage in line for line in said), (stage, said)
 

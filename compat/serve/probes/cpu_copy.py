@@ -85,7 +85,7 @@ def cpu_connector(reader) -> Reading | Unknown:
     line = pins[0].lineno
     shm = reader.module(CPU_SHM)
     copy_method = _copy_method(tree)
-    if copy_method not in COPY_METHODS:  # a renamed method is no evidence of either release's shape (issue 29.7)
+    if copy_method not in COPY_METHODS:  # a renamed method is no evidence of either release's shape
         return Unknown(f"{CONNECTOR}: the pinned copy is in {copy_method or 'no method of the connector'}, "
                        f"neither of {', '.join(COPY_METHODS)}: a shape not seen")
     if shm is None:

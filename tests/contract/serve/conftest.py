@@ -66,7 +66,8 @@ def applied_through_the_cli(serve_lane, launch):
     """Every serve lane first runs what a user runs, ``compat apply`` then ``compat apply --verify`` (the console
     script's module, in a process of its own), on its real install: both exit as the plan answers (0, or 1 with the
     plan's NO and nothing written), then ``compat apply --revert`` leaves the lane pristine for the proofs, which
-    put their patches on and off with the patcher (switch.py).  Issue 29.4: K11 applied and never verified."""
+    put their patches on and off with the patcher (switch.py).  Only the CLI
+    catches a patch that applies but never verifies (K11 once did)."""
     import json
     import subprocess
     import sys
