@@ -9,7 +9,7 @@ from ._fence import fenced
 ID = "vllm.serve.cpu_fp64_gumbel"
 #: the end of the stand-in's signature and its first lines (one match per release: 0.23.0, 0.24.0); it stops before
 #: KERNEL_CALL, the second edit's anchor: an anchor spanning another edit's insertion point is no longer in the
-#: patched file, and --verify, which looks for each edit's replacement, could never pass (issue 29.4)
+#: patched file, and --verify, which looks for each edit's replacement, could never pass
 SIGNATURE_END = ("):\n    # C++ reads integer tensors as int64_t*; ensure correct dtype.\n"
                  "    orig_dtype = output_token_ids.dtype\n    output_i64 = _ensure_int64(output_token_ids)\n")
 KERNEL_CALL = "    torch.ops._C.sample_recovered_tokens_kernel_impl(\n"

