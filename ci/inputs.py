@@ -44,7 +44,7 @@ from pathlib import Path
 from ci import evidence, table
 
 ROOT = Path(__file__).resolve().parents[1]
-HARNESS_FILES = ("ci/cell.py", "ci/evidence.py", "ci/locking.py", "ci/nightly.py", "ci/preload.py", "ci/tools.py",
+HARNESS_FILES = ("ci/cell.py", "ci/evidence.py", "ci/locking.py", "ci/nightly.py", "ci/preload.py",
                  "pyproject.toml", "tests/__init__.py", "tests/conftest.py")
 HARNESS_TREES = ("compat", "fixtures")
 #: generated from the records (see the module docstring)

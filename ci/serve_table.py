@@ -68,7 +68,7 @@ def serve_lanes() -> list[ServeLane]:
 def proof_ids() -> tuple[dict[str, str], dict[str, str]]:
     """({proof module path: patch id}, {kN: patch id}) of the serve declarations that have a contract proof."""
     from compat import registry
-    from compat.serve import proofs as serve_proofs
+    from ci.proofs import serve_proofs
 
     modules, keys = {}, {}
     for patch in registry.load_patches("serve"):
@@ -108,7 +108,7 @@ def clip(text: str, limit: int = 140) -> str:
 
 def cell_says(record: evidence.Record, lane: ServeLane, modules: dict[str, str]) -> str:
     """A cell record: status, date, test tallies, the proofs that passed or failed in it, the first error."""
-    from compat.serve.proofs import outcome_in
+    from ci.proofs.serve_proofs import outcome_in
 
     tally = Counter(t.get("outcome") for t in record.tests)
     failed = sum(n for outcome, n in tally.items() if outcome not in ("passed", "skipped"))

@@ -8,7 +8,9 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 from . import pipelines
 from .registry import load_patches
@@ -16,40 +18,27 @@ from .serve import proofs as serve_proofs
 
 #: the modern path's declarations (``patches/serve/``: the pipeline table's serve patches)
 SERVE = pipelines.SERVE.patch_word
-ROOT = Path(__file__).resolve().parents[1]
-#: where a serve proof's own halves are saved, per lane (``python -m ci readme --take LANE``; the serve table of
-#: docs/modern-path.md)
-SAVED = Path("docs/records/self-reference")
-#: the verdicts each half of a leave-one-out proof expects: the bug shows left out, the rows are right applied
-EXPECTED = {"left-out": ("WRONG", "ERROR"), "applied": ("OK",)}
 
 
-def saved_pairs(patch, root: Path = ROOT) -> list[dict]:
-    """The serve proof's saved halves (``<lane>/kN-left-out.json`` and ``kN-applied.json``), one entry per lane that
-    holds either: ``{lane, vllm, met, missing, commit, tree, verdicts}`` (``met``: both halves saved, each as the proof
-    expects); none in an installed kit (no records beside it).
+@dataclass(frozen=True)
+class ProofView:
+    """Where the serve entries' proof words come from.
 
-    Why here: docs/modern-path.md's serve table quotes these records, so the catalogue must say the same of each
-    proof."""
-    key = serve_proofs.module_key(patch)
-    out = []
-    for folder in sorted(p for p in (root / SAVED).glob("*") if p.is_dir()) if key else []:
-        halves = {}
-        for part in EXPECTED:
-            path = folder / f"{key}-{part}.json"
-            if path.is_file():
-                halves[part] = json.loads(path.read_text())
-        if not halves:
-            continue
-        verdicts = {part: halves[part].get("verdict") if part in halves else None for part in EXPECTED}
-        commits = {str(doc.get("commit") or "")[:10] for doc in halves.values()}
-        out.append({"lane": folder.name, "vllm": (next(iter(halves.values())).get("versions") or {}).get("vllm"),
-                    "met": all(verdicts[part] in EXPECTED[part] for part in EXPECTED),
-                    "missing": [part for part in EXPECTED if part not in halves],
-                    "commit": ", ".join(sorted(c for c in commits if c)) or None,
-                    "tree": "modified" if any(doc.get("tree") == "modified" for doc in halves.values()) else "clean",
-                    "verdicts": verdicts})
-    return out
+    Why injectable: an installed kit can say only what the evidence shipped with it says (``SHIPPED``); the
+    repository's page (PATCHES.md, ``python -m ci catalogue``) passes its own view, which also reads the proof tests
+    and records beside the kit.  The catalogue renders either the same way."""
+
+    brief: Callable[[object], str]  # the table's proof column, before what ``compat plan`` counts
+    status: Callable[[object], str]  # the entry's **Proof.** paragraph, before what ``compat plan`` counts
+    generated_by: str  # the command named in the page's first lines
+    proof_source: str  # the serve section's sentence on where the proof column is read from
+    saved: Callable[[object], list[dict]] = lambda patch: []  # the proof's saved halves, for --json
+
+
+SHIPPED = ProofView(
+    brief=serve_proofs.brief, status=serve_proofs.status, generated_by="`python -m compat.catalogue`",
+    proof_source="the proof column is the evidence shipped with this kit (`compat/proof_evidence.py`, what "
+                 "`compat plan` and `compat apply` count); the repository's PATCHES.md also names each proof test.")
 
 
 def plan_counts(patch) -> list[tuple]:
@@ -58,40 +47,27 @@ def plan_counts(patch) -> list[tuple]:
     return serve_proofs.shipped(patch)
 
 
-def proof_brief(patch, root: Path = ROOT) -> str:
-    """The table's proof column: the serve cells' outcome, the saved pairs, and whether ``compat plan`` counts it."""
-    words = [serve_proofs.brief(patch, root)]
-    for pair in saved_pairs(patch, root):
-        said = "passed" if pair["met"] else f"{' and '.join(pair['missing'])} half missing" if pair["missing"] \
-            else "not as expected"
-        words.append(f"saved pair {said} in {pair['lane']}")
-    words.append("plan: proven" if plan_counts(patch) else "plan: never proven")
-    return "; ".join(words)
+def proof_brief(patch, view: ProofView = SHIPPED) -> str:
+    """The table's proof column: the view's words, and whether ``compat plan`` counts it."""
+    return "; ".join([view.brief(patch), "plan: proven" if plan_counts(patch) else "plan: never proven"])
 
 
-def proof_status(patch, root: Path = ROOT) -> str:
-    """The entry's **Proof.** paragraph: the cells' records, each saved pair, and what ``compat plan`` counts."""
-    said = [serve_proofs.status(patch, root)]
-    for pair in saved_pairs(patch, root):
-        verdicts = {part: verdict or "not saved" for part, verdict in pair["verdicts"].items()}
-        said.append(f"saved pair in `{SAVED.as_posix()}/{pair['lane']}/` (vLLM {pair['vllm']}): left out "
-                    f"{verdicts['left-out']}, applied {verdicts['applied']}, "
-                    f"{'as the proof expects' if pair['met'] else '**not** a whole proof'} (commit "
-                    f"{pair['commit'] or 'none'}, {pair['tree']} tree)")
+def proof_status(patch, view: ProofView = SHIPPED) -> str:
+    """The entry's **Proof.** paragraph: the view's words, and what ``compat plan`` counts."""
     rows = plan_counts(patch)
-    said.append(f"`compat plan` counts it proven on {', '.join(sorted({f'vLLM {r[0]} ({r[1]})' for r in rows}))}"
-                if rows else "`compat plan` counts no record as its proof (compat/proof_evidence.py): never proven")
-    return ". ".join(said)
+    counted = (f"`compat plan` counts it proven on {', '.join(sorted({f'vLLM {r[0]} ({r[1]})' for r in rows}))}"
+               if rows else "`compat plan` counts no record as its proof (compat/proof_evidence.py): never proven")
+    return ". ".join([view.status(patch), counted])
 
 DESCRIPTION = ("Print the patch catalogue (the markdown PATCHES.md is generated from; --brief: one line per patch) "
                "or the patch list as JSON.")
 
 
-def render() -> str:
+def render(view: ProofView = SHIPPED) -> str:
     lines = [
         "# Patch catalogue",
         "",
-        "Generated by `python -m compat.catalogue` from `patches/`; do not edit by hand.",
+        f"Generated by {view.generated_by} from `patches/`; do not edit by hand.",
         "",
         "| id | fixes | needed when | generators | upstream | remove when |",
         "|---|---|---|---|---|---|",
@@ -111,7 +87,7 @@ def render() -> str:
         if p.retired:
             lines += [f"**Retired.** {p.retired}", ""]
         lines += [f"**Upstream.** {p.upstream}  ", f"**Removal.** {p.removal}", ""]
-    return "\n".join(lines + serve_section())
+    return "\n".join(lines + serve_section(view))
 
 
 def _cell(text: str) -> str:
@@ -128,22 +104,19 @@ def needed_when(p) -> str:
     return "; ".join(parts)
 
 
-def serve_section() -> list[str]:
+def serve_section(view: ProofView = SHIPPED) -> list[str]:
     """The modern path (speculators >= 0.5: `vllm serve` + `extract_hidden_states`): its own table and entries."""
     patches = load_patches(SERVE)
     lines = [
         "# Modern path: `vllm serve` + `extract_hidden_states` (speculators >= 0.5)",
         "",
-        "Generated from `patches/serve/` (`registry.load_patches(\"serve\")`); the proof column is read from the "
-        "repository: `tests/contract/serve/test_kN_proof.py` (a leave-one-out proof on a real `vllm serve`, for "
-        "`patches/serve/kN_*.py`) with its outcome in the serve cells' records (`docs/coverage/records`), and "
-        "`tests/unit/test_serve_patch_proofs.py` (the released file left out and applied).",
+        "Generated from `patches/serve/` (`registry.load_patches(\"serve\")`); " + view.proof_source,
         "",
         "| id | fixes | target | needed when | upstream | remove when | proof |",
         "|---|---|---|---|---|---|---|",
     ]
     for p in patches:
-        cells = [f"`{p.id}`", p.title, p.target, needed_when(p), p.upstream, p.removal, proof_brief(p)]
+        cells = [f"`{p.id}`", p.title, p.target, needed_when(p), p.upstream, p.removal, proof_brief(p, view)]
         lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")
     lines.append("")
     for p in patches:
@@ -153,12 +126,12 @@ def serve_section() -> list[str]:
             lines += ["**Symptom without it.** " + " or ".join(f"`{x}`" for x in p.symptoms), ""]
         if p.retired:
             lines += [f"**Retired.** {p.retired}", ""]
-        lines += [f"**Proof.** {proof_status(p)}", "",
+        lines += [f"**Proof.** {proof_status(p, view)}", "",
                   f"**Upstream.** {p.upstream}  ", f"**Removal.** {p.removal}", ""]
     return lines
 
 
-def render_brief() -> str:
+def render_brief(view: ProofView = SHIPPED) -> str:
     """One line per patch (id, what it edits, what it fixes): the catalogue at a glance, the old path's
     generator patches, then the modern path's."""
     patches, serve = load_patches(), load_patches(SERVE)
@@ -172,7 +145,7 @@ def render_brief() -> str:
     lines.append(f"{len(patches)} patches ({retired} retired); EDITS: the speculators releases whose generator each "
                  "edits; `compat catalogue` prints why, how, upstream and removal of each")
     targets = max(len(p.target) for p in serve)
-    proofs = {p.id: proof_brief(p) for p in serve}
+    proofs = {p.id: proof_brief(p, view) for p in serve}
     proof = max(len(v) for v in proofs.values())
     lines += ["", f"{'ID':{width}}  {'TARGET':{targets}}  {'PROOF':{proof}}  FIXES (modern path: vllm serve)"]
     for p in serve:
@@ -182,7 +155,7 @@ def render_brief() -> str:
     return "\n".join(lines) + "\n"
 
 
-def as_json() -> dict:
+def as_json(view: ProofView = SHIPPED) -> dict:
     """The declarations' user-facing fields, one entry per patch."""
     fields = ("id", "title", "why", "how", "upstream", "removal", "retired")
     return {"patches": [{**{f: getattr(p, f) for f in fields}, "requires": {k: list(map(str, v)) for k, v in
@@ -192,7 +165,7 @@ def as_json() -> dict:
                                "versions": dict(p.versions), "needed_when": needed_when(p),
                                "requires": {k: list(map(str, v)) for k, v in p.requires.items()},
                                "variants": sorted(p.edits), "symptoms": list(p.symptoms),
-                               "proof": serve_proofs.status(p), "saved_proofs": saved_pairs(p),
+                               "proof": view.status(p), "saved_proofs": view.saved(p),
                                "plan_proven": bool(plan_counts(p))} for p in load_patches(SERVE)]}
 
 

@@ -14,9 +14,11 @@ import os
 import sys
 
 from compat import pipelines
+from compat.errors import UsageError
 from compat.exit_policy import ENVIRONMENT
 from compat.pipelines import Pipeline
 from compat.shared.arguments import DESCRIPTION, EXIT_CODES, add_arguments  # noqa: F401 (the console script's)
+from compat.shared.options import said
 
 #: the exit code of a Ctrl-C before the serve path could start anything: 128 + SIGINT, as a shell reports it
 INTERRUPTED = 130
@@ -69,19 +71,25 @@ def installed_pipeline() -> tuple[Pipeline | None, str]:
 
 def run(args, **hooks) -> int:
     """``compat confirm`` on parsed options: --check, a serve-path run, or a generator-path run (``hooks``: RunSpec
-    fields the generator path adds, for programs and tests).  Without --path, the installed speculators picks."""
+    fields the generator path adds, for programs and tests).  Without --path, the installed speculators picks.  A
+    usage problem, wherever either pipeline finds it, becomes its line and exit 2 here."""
+    try:
+        return _run(args, **hooks)
+    except UsageError as problem:
+        return said(problem)
+
+
+def _run(args, **hooks) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     if args.check:
         return check_report(args.check, accept_weaker=args.accept_weaker)
     if not args.model:  # both pipelines need it: the first thing to say, before which pipeline it would be
-        print("confirm: --model PATH is required (or --check REPORT)", file=sys.stderr)
-        return ENVIRONMENT
+        raise UsageError("--model PATH is required (or --check REPORT)")
     if args.path is None:
         pipeline, read = installed_pipeline()
         if pipeline is None:
-            print(f"confirm: cannot tell which pipeline to confirm: {read}; pass --path generator (speculators "
-                  f"0.3.0 / 0.4.x) or --path serve (speculators >= 0.5); nothing was run", file=sys.stderr)
-            return ENVIRONMENT
+            raise UsageError(f"cannot tell which pipeline to confirm: {read}; pass --path generator (speculators "
+                             f"0.3.0 / 0.4.x) or --path serve (speculators >= 0.5); nothing was run")
         args.path = pipeline.name
     if args.path == pipelines.SERVE.name:
         return _serve(args)

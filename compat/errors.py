@@ -22,3 +22,8 @@ class EnvironmentProblem(PatchError):
     """The environment stops us (missing, editable or read-only install, unreadable state, lock, OSError)."""
 
     kind = "environment"
+
+
+class UsageError(EnvironmentProblem):
+    """Bad input on a command line (an option, a file it names): raised where it is found, said in one line and turned
+    into exit 2 once, by the command's entry point; nothing was run or changed."""

@@ -21,6 +21,13 @@ BUILTIN = {"parametrize", "skip", "skipif", "xfail", "usefixtures", "filterwarni
 NOT_CONTRACT = ("serve", "mla", "parallel")
 
 
+def pytest_configure(config):
+    from tests.markers import MARKERS
+
+    for name, text in MARKERS.items():
+        config.addinivalue_line("markers", f"{name}: {text}")
+
+
 def pytest_deselected(items):
     for item in items:
         item.config.stash.setdefault(DESELECTED, []).append(item)

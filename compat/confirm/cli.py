@@ -13,7 +13,8 @@ import time
 from compat.checkpoint import hidden_size, is_local, num_layers
 from compat.confirm.compare import invariant_calls
 from compat.shared.arguments import CALLS
-from compat.shared.options import resolve_common, usage as _usage
+from compat.errors import UsageError
+from compat.shared.options import resolve_common
 
 
 def make_calls(sizes=CALLS, seed: int = 0, vocab: int = 512, longest: int = 400):
@@ -34,36 +35,36 @@ GENERATOR_BUDGET = 96
 
 
 def spec_from_args(args):
-    """The ``RunSpec`` of a command line, or the exit code of a usage error (printed; nothing run)."""
+    """The ``RunSpec`` of a command line; UsageError where it cannot be one (nothing run)."""
     from compat.confirm.runner import RunSpec
 
     if not args.model:
-        return _usage("--model PATH is required (or --check REPORT)")
+        raise UsageError("--model PATH is required (or --check REPORT)")
     if not is_local(args.model):
-        return _usage(f"{args.model} is not a local HF checkpoint (no config.json)")
+        raise UsageError(f"{args.model} is not a local HF checkpoint (no config.json)")
     try:
         depth = num_layers(args.model)
         width = hidden_size(args.model)
         layers = list(range(depth)) if args.layers == "all" else [int(x) for x in args.layers.split(",")]
     except (OSError, ValueError, KeyError) as exc:
-        return _usage(f"cannot read layers: {exc}")
+        raise UsageError(f"cannot read layers: {exc}")
     if not layers or any(not 0 <= k < depth for k in layers):
-        return _usage(f"layer ids must lie in 0..{depth - 1}, got {args.layers}")
+        raise UsageError(f"layer ids must lie in 0..{depth - 1}, got {args.layers}")
     if len(set(layers)) != len(layers):
-        return _usage(f"--layers names a layer twice: {args.layers}")
+        raise UsageError(f"--layers names a layer twice: {args.layers}")
     problem = resolve_common(args, CALLS, GENERATOR_BUDGET)
     if problem:
-        return _usage(problem)
+        raise UsageError(problem)
     if args.files:
-        return _usage("--files is the serve path's (--path serve): it checks vllm serve's hidden-states files")
+        raise UsageError("--files is the serve path's (--path serve): it checks vllm serve's hidden-states files")
     if getattr(args, "serve_args", None):
-        return _usage("--serve-arg is the serve path's (--path serve): it passes an argument to vllm serve; the "
+        raise UsageError("--serve-arg is the serve path's (--path serve): it passes an argument to vllm serve; the "
                       "generator path starts no server")
     if getattr(args, "keep_work_dir", False):
-        return _usage("--keep-work-dir is the serve path's (--path serve): it keeps the folder of vllm serve's log and "
+        raise UsageError("--keep-work-dir is the serve path's (--path serve): it keeps the folder of vllm serve's log and "
                       "files; the generator path makes none (its log is the file --log names)")
     if args.reference == "self":
-        return _usage("--reference self is the serve path's (--path serve): it rebuilds logits from a served file's "
+        raise UsageError("--reference self is the serve path's (--path serve): it rebuilds logits from a served file's "
                       "final row and compares it with the same server's prompt_logprobs; the generator path has "
                       "hf, vllm-extract and none")
     sizes = args.sizes
@@ -73,7 +74,7 @@ def spec_from_args(args):
         try:
             prompts = load_prompts(args.prompts, args.model, args.trust_remote_code, args.max_model_len - 1)
         except PromptsError as exc:
-            return _usage(str(exc))
+            raise UsageError(str(exc))
         calls = calls_from(prompts, sizes)
         fillers = prompts
     else:
@@ -84,7 +85,7 @@ def spec_from_args(args):
 
         reason = missing_reason()
         if reason:
-            return _usage(f"--reference vllm-extract: {reason}; use --reference hf or none")
+            raise UsageError(f"--reference vllm-extract: {reason}; use --reference hf or none")
     batch, repeat = invariant_calls(calls[0], fillers)
     calls += [batch, repeat]
     checks = {"batch": len(calls) - 2, "repeat": len(calls) - 1}
@@ -106,8 +107,6 @@ def spec_from_args(args):
 def run_generator(args, **hooks) -> int:
     """A generator-path run of the parsed command line (``hooks``: RunSpec fields to add); its exit code."""
     spec = spec_from_args(args)
-    if isinstance(spec, int):
-        return spec
     from dataclasses import replace
 
     from compat.confirm.report import Report
@@ -132,4 +131,4 @@ def run_generator(args, **hooks) -> int:
     try:
         return run_spec(spec)["exit_code"]
     except SpecError as exc:
-        return _usage(str(exc))
+        raise UsageError(str(exc)) from None

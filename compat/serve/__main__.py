@@ -22,7 +22,9 @@ def default_calls(vocab: int, budget: int, seed: int = 0) -> list[list[list[int]
 
 
 def main(argv=None) -> int:
+    from compat.errors import UsageError
     from compat.shared.arguments import add_arguments
+    from compat.shared.options import said
 
     from .options import confirm_serve
 
@@ -32,7 +34,10 @@ def main(argv=None) -> int:
     parser.add_argument("--work-dir", help="server log, files and client logs (default: a new temp dir)")
     args = parser.parse_args(argv)
     args.path = "serve"
-    return confirm_serve(args, work_dir=args.work_dir, vocab=args.vocab)
+    try:
+        return confirm_serve(args, work_dir=args.work_dir, vocab=args.vocab)
+    except UsageError as problem:
+        return said(problem)
 
 
 if __name__ == "__main__":

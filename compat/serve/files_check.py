@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from compat.checkpoint import num_layers
-from compat.shared.options import usage as _usage
+from compat.errors import UsageError
 from compat.exit_policy import VERDICT_CODES
 
 from .files import manifest_or_usage, read_folder
@@ -19,26 +19,27 @@ from .spec import ServeSpec
 
 
 def validate(args) -> int:
-    """``compat confirm --path serve --files DIR``: 0 OK, 1 WRONG, 2 bad input (nothing written), 4 INCOMPLETE.  The
+    """``compat confirm --path serve --files DIR``: 0 OK, 1 WRONG, 4 INCOMPLETE; bad input raises UsageError (nothing
+    written).  The
     report's ``confirmed`` is what the model and the folder's manifest say (compat.serve.identity.from_files)."""
     folder = Path(args.files)
     if not folder.is_dir():
-        return _usage(f"--files {folder}: not a folder")
+        raise UsageError(f"--files {folder}: not a folder")
     if args.reference not in ("self", "hf", "none"):
-        return _usage(f"--files checks with --reference self, hf or none, not {args.reference}")
+        raise UsageError(f"--files checks with --reference self, hf or none, not {args.reference}")
     files = read_folder(folder)
     if not files:
-        return _usage(f"--files {folder}: no hs_<n>.safetensors there")
+        raise UsageError(f"--files {folder}: no hs_<n>.safetensors there")
     manifest = manifest_or_usage(folder, args, num_layers(args.model))
     if isinstance(manifest, str):
-        return _usage(manifest)
+        raise UsageError(manifest)
     try:
         spec = ServeSpec(model=args.model, work_dir=folder, calls=[[p or [0] for p, _ in files]],
                          layer_ids=manifest.ids, dtype=manifest.dtype, device="cpu", rtol=args.rtol,
                          logprobs_check=False, twin_check=False, hf_check=args.reference == "hf",
                          recompute_check=args.reference == "self")
     except ValueError as exc:
-        return _usage(str(exc))
+        raise UsageError(str(exc)) from None
     result = check_files(ServeResult("OK", ""), spec, files, {})
     not_run = {"logprobs": "needs the server's prompt_logprobs (run compat confirm --path serve --reference self)",
                "twin": "needs the server (each prompt served alone)"} if args.reference == "self" else {}

@@ -40,7 +40,8 @@ import tempfile
 from pathlib import Path
 
 from compat import checkpoint
-from compat.shared.options import resolve_common, usage as _usage
+from compat.errors import UsageError
+from compat.shared.options import resolve_common
 
 from . import amx_mla, identity
 
@@ -130,19 +131,19 @@ def plan_rules() -> tuple[list, list]:
 
 
 def spec_from_args(args, work_dir=None, vocab: int = 512, flags=()):
-    """The ``ServeSpec`` of confirm's command line, or the exit code of a usage error (printed; nothing run).
+    """The ``ServeSpec`` of confirm's command line; UsageError where it cannot be one (nothing run or left behind).
 
     ``flags``: the plan's FLAGS rules for this install (:func:`plan_rules`), whose arguments the server gets."""
 
     from .spec import ServeSpec
 
     if not args.model:
-        return _usage("--model PATH is required (or --check REPORT)")
+        raise UsageError("--model PATH is required (or --check REPORT)")
     if not checkpoint.is_local(args.model):
-        return _usage(f"{args.model} is not a local HF checkpoint (no config.json)")
+        raise UsageError(f"{args.model} is not a local HF checkpoint (no config.json)")
     problem = _refusal(args) or resolve_common(args, CALLS, BUDGET)
     if problem:
-        return _usage(problem)
+        raise UsageError(problem)
     longest = args.max_model_len - 1
     if args.prompts:
         from compat.shared.prompts import PromptsError, calls_from, load_prompts
@@ -150,9 +151,10 @@ def spec_from_args(args, work_dir=None, vocab: int = 512, flags=()):
         try:
             calls = calls_from(load_prompts(args.prompts, args.model, args.trust_remote_code, longest), args.sizes)
         except PromptsError as exc:
-            return _usage(str(exc))
+            raise UsageError(str(exc))
     else:
         calls = serve_calls(args.sizes, vocab, args.max_batched_tokens, longest)
+    made = None  # a work folder this call makes, removed again if the options are refused
     try:
         layers = None if args.layers == "all" else [int(x) for x in args.layers.split(",")]
         asked = None
@@ -171,7 +173,7 @@ def spec_from_args(args, work_dir=None, vocab: int = 512, flags=()):
         budget = max(args.max_batched_tokens, args.max_model_len) if whole else args.max_batched_tokens
         optional = {"gpu_memory_utilization": args.gpu_memory_utilization} if args.gpu_memory_utilization else {}
         extra = [arg for arg in dict.fromkeys(wanted) if arg not in FLAG_FIELDS]
-        made = None if work_dir else tempfile.mkdtemp(prefix="compat-serve-")  # removed again if refused (31.10)
+        made = None if work_dir else tempfile.mkdtemp(prefix="compat-serve-")
         spec = ServeSpec(model=args.model, work_dir=work_dir or made,
                          calls=calls, layer_ids=layers, dtype=args.dtype, device=served_device(),
                          max_model_len=args.max_model_len, max_num_batched_tokens=budget,
@@ -183,9 +185,9 @@ def spec_from_args(args, work_dir=None, vocab: int = 512, flags=()):
                          trust_remote_code=args.trust_remote_code, rtol=args.rtol, log_path=args.log,
                          asked_ids=asked, **REFERENCES[args.reference], **optional)
     except ValueError as exc:
-        if locals().get("made"):
+        if made:
             os.rmdir(made)
-        return _usage(str(exc))
+        raise UsageError(str(exc)) from None
     if unchunked:
         print(f"note: {unchunked}", flush=True)
     amx = amx_mla.reason(spec)
@@ -278,8 +280,9 @@ class RunFolder:
 
 
 def confirm_serve(args, work_dir=None, vocab: int = 512) -> int:
-    """Run the serve path's confirm for confirm's parsed options: 0 OK, 1 WRONG or ERROR, 2 refused, 4 INCOMPLETE,
-    130 interrupted (Ctrl-C: the server stopped, the work folder removed, one line said)."""
+    """Run the serve path's confirm for confirm's parsed options: 0 OK, 1 WRONG or ERROR, 2 refused (an install
+    that cannot serve), 4 INCOMPLETE, 130 interrupted (Ctrl-C: the server stopped, the work folder removed, one line
+    said); bad options raise UsageError, nothing started."""
     folder = RunFolder(work_dir, keep=bool(getattr(args, "keep_work_dir", False)))
     try:
         return _confirm_serve(args, folder, vocab)
@@ -303,11 +306,12 @@ def _confirm_serve(args, folder: RunFolder, vocab: int) -> int:
     flags, undecided = plan_rules()
     for rule in undecided:
         print(f"note: compat plan could not decide a rule on this install: {rule.text}", flush=True)
-    spec = spec_from_args(args, folder.make(), vocab, flags)
-    problem = spec if isinstance(spec, int) else _unwritable(args.json_file)
-    if problem:
+    try:
+        spec = spec_from_args(args, folder.make(), vocab, flags)
+        refuse_unwritable(args.json_file)
+    except UsageError:
         folder.remove()
-        return problem
+        raise
     result = run(spec)
     doc = {**result.as_dict(), "options": options_of(spec, args, flags),
            "confirmed": identity.confirmed(spec, server_log(spec))}
@@ -319,27 +323,26 @@ def _confirm_serve(args, folder: RunFolder, vocab: int) -> int:
 def _files(args) -> int:
     """``--files DIR``: the user's files, no server and no work folder (so --keep-work-dir means nothing: refused)."""
     if getattr(args, "serve_args", None):
-        return _usage("--serve-arg passes an argument to the server a run starts; --files DIR starts no server")
+        raise UsageError("--serve-arg passes an argument to the server a run starts; --files DIR starts no server")
     if getattr(args, "keep_work_dir", False):
-        return _usage("--keep-work-dir keeps the folder a server run makes; --files DIR starts no server and makes no "
+        raise UsageError("--keep-work-dir keeps the folder a server run makes; --files DIR starts no server and makes no "
                       "folder (DIR is yours and is never removed)")
     if not args.model or not checkpoint.is_local(args.model):
-        return _usage(f"--files needs --model, a local HF checkpoint (got {args.model!r})")
+        raise UsageError(f"--files needs --model, a local HF checkpoint (got {args.model!r})")
     from .files_check import validate
 
     return validate(args)
 
 
-def _unwritable(json_file) -> int:
-    """2 (said) where --json-file cannot be written, else 0: found before a server runs for minutes."""
+def refuse_unwritable(json_file) -> None:
+    """UsageError where --json-file cannot be written: found before a server runs for minutes."""
     if not json_file:
-        return 0
+        return
     try:
         with open(json_file, "a"):
             pass
     except OSError as exc:
-        return _usage(f"cannot write --json-file {json_file}: {exc}")
-    return 0
+        raise UsageError(f"cannot write --json-file {json_file}: {exc}") from None
 
 
 def server_log(spec) -> str:

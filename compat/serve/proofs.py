@@ -1,109 +1,20 @@
-"""Where each modern-path (serve) patch's leave-one-out proof lives, and what the records say of it.
+"""What an installed kit knows of each modern-path (serve) patch's leave-one-out proof: the evidence shipped in the
+package (``compat/proof_evidence.py``, generated from the repository's records by ``python -m ci proofs``).
 
-Why: the catalogue must not claim a serve patch proven because it is declared.  The proof status is read from the
-repository itself: a contract proof on a real ``vllm serve`` is ``tests/contract/serve/test_kN_proof.py`` for the
-declaration ``patches/serve/kN_*.py``; a proof on the released file (no server) is a test of
-``tests/unit/test_serve_patch_proofs.py`` that names the patch id; the serve cells' records
-(``docs/coverage/records``, ``"path": "serve"``) say where the contract proof passed.  A copy of the kit without
-its ``tests/`` (an installed wheel) reads the evidence shipped in the package (``compat/proof_evidence.py``, from the
-same records), the one ``compat apply``'s "unproven" line reads: one answer.
+Why only that: the catalogue must not claim a serve patch proven because it is declared, and the wheel carries no
+tests or records to read.  ``compat apply``'s "unproven" line reads the same evidence: one answer.  The repository's
+fuller view (its proof tests and the serve cells' outcomes) lives in ci.proofs.serve_proofs.
 """
 
 from __future__ import annotations
 
-import ast
-import json
-import re
-import sys
-from pathlib import Path
-
-ROOT = Path(__file__).resolve().parents[2]
-CONTRACT = "tests/contract/serve"
-UNIT = "tests/unit/test_serve_patch_proofs.py"
-RECORDS = "docs/coverage/records"
-
-
-def module_key(patch) -> str | None:
-    """``k1`` for the declaration defined in ``patches/serve/k1_cpu_connector.py`` (None: not a kN_ module)."""
-    for name, module in list(sys.modules.items()):
-        if ".serve." in name and getattr(module, "PATCH", None) is patch:
-            match = re.match(r"(k\d+)_", name.rsplit(".", 1)[-1])
-            return match.group(1) if match else None
-    return None
-
-
-def contract_proof(patch, root: Path = ROOT) -> str | None:
-    """The contract proof module of ``patch`` (a path relative to ``root``), if the repository has one."""
-    key = module_key(patch)
-    path = root / CONTRACT / f"test_{key}_proof.py"
-    return path.relative_to(root).as_posix() if key and path.is_file() else None
-
-
-def unit_proofs(patch, root: Path = ROOT) -> list[str]:
-    """The tests of the released-file proofs that name ``patch``'s id (node ids)."""
-    path = root / UNIT
-    if not path.is_file():
-        return []
-    found = []
-    for node in ast.parse(path.read_text()).body:
-        if isinstance(node, ast.FunctionDef) and node.name.startswith("test_") and any(
-                isinstance(c, ast.Constant) and c.value == patch.id for c in ast.walk(node)):
-            found.append(f"{UNIT}::{node.name}")
-    return found
-
-
-def serve_records(root: Path = ROOT) -> list[dict]:
-    """The serve cells' records (name, vLLM version, runner, tests), by name; the runner is the one the record names
-    (compat.proven.runner_from: one naming none ran V1), so a V2 cell's proof reads as V2's."""
-    from compat.proven import named_runners, runner_from
-
-    out = []
-    for path in sorted((root / RECORDS).glob("*.json")):
-        doc = json.loads(path.read_text())
-        if doc.get("path") == "serve":
-            vllm = (doc.get("versions") or {}).get("vllm")
-            out.append({"name": doc["name"], "vllm": vllm,
-                        "runner": runner_from(named_runners(doc.get("details") or {}), vllm),
-                        "tests": {t["test"]: t["outcome"] for t in doc.get("tests") or []}})
-    return out
-
-
-def outcome_in(record: dict, module: str) -> str | None:
-    """The proof module's outcome in one record: failed, passed, skipped, or None (not run there)."""
-    outcomes = [o for test, o in record["tests"].items() if test.startswith(module + "::")]
-    if not outcomes:
-        return None
-    if any(o not in ("passed", "skipped") for o in outcomes):
-        return "failed"
-    return "passed" if "passed" in outcomes else "skipped"
-
-
-def found(patch, root: Path = ROOT) -> tuple[str | None, list[tuple[str, str, str, str]], list[str]] | None:
-    """(contract proof module, its (record, vLLM, outcome, runner) per serve record that ran it, unit proofs); None
-    where this copy of the kit has no tests/ to read."""
-    if not (root / "tests").is_dir():
-        return None
-    module = contract_proof(patch, root)
-    seen = [(r["name"], r["vllm"], outcome_in(r, module), r["runner"]) for r in serve_records(root)] if module else []
-    return module, [row for row in seen if row[2]], unit_proofs(patch, root)
-
 
 def shipped(patch) -> list[tuple[str, str, str, str, str]]:
     """Where the records shipped with the kit (compat/proof_evidence.py, ``python -m ci proofs``) say the patch's proof
-    passed, each row with its runner (a row naming none ran V1): what an installed kit, without tests/ and records,
-    reads; ``compat apply``'s "unproven" reads the same."""
+    passed, each row with its runner (a row naming none ran V1); ``compat apply``'s "unproven" reads the same."""
     from compat.proven import RECORDED_RUNNER, evidence
 
     return [tuple(row) + (RECORDED_RUNNER,) * (5 - len(row)) for row in evidence(patch.id)]
-
-
-def _shipped_status(patch) -> str:
-    rows = shipped(patch)
-    if not rows:
-        return ("no record shipped with this kit proves it (compat/proof_evidence.py; compat apply says unproven); "
-                "the repository's PATCHES.md lists its proof tests")
-    return "proven in the records shipped with this kit (compat/proof_evidence.py): " + "; ".join(
-        f"vLLM {line} ({device}{runner_said(runner)}), `{record}`" for line, device, _, record, runner in rows)
 
 
 def runner_said(runner: str) -> str:
@@ -115,30 +26,16 @@ def runner_said(runner: str) -> str:
     return "" if runner == RECORDED_RUNNER else f", {NAMES.get(runner, 'runner unknown')}"
 
 
-def status(patch, root: Path = ROOT) -> str:
-    """The proof status in words: which proof exists, and where its contract proof passed or failed."""
-    proofs = found(patch, root)
-    if proofs is None:
-        return _shipped_status(patch)
-    module, ran, units = proofs
-    parts = []
-    if module:
-        said = [f"{outcome} in `{name}` (vLLM {vllm}{runner_said(runner)})" for name, vllm, outcome, runner in ran]
-        parts.append(f"leave-one-out on a real `vllm serve`: `{module}`; "
-                     + ("; ".join(said) if said else "in no serve cell's record yet"))
-    if units:
-        parts.append("left out and applied on the released file (no server; a lane's interpreter, no record): "
-                     + ", ".join(f"`{u}`" for u in units))
-    return ". ".join(parts) if parts else "none yet: no leave-one-out test of this patch"
+def status(patch) -> str:
+    """The proof status in words: the shipped records that prove it, or that none does."""
+    rows = shipped(patch)
+    if not rows:
+        return ("no record shipped with this kit proves it (compat/proof_evidence.py; compat apply says unproven); "
+                "the repository's PATCHES.md lists its proof tests")
+    return "proven in the records shipped with this kit (compat/proof_evidence.py): " + "; ".join(
+        f"vLLM {line} ({device}{runner_said(runner)}), `{record}`" for line, device, _, record, runner in rows)
 
 
-def brief(patch, root: Path = ROOT) -> str:
-    """A word or two for the table: serve: passed/failed/skipped/not run, released file, none yet, unknown."""
-    proofs = found(patch, root)
-    if proofs is None:  # an installed kit: the shipped evidence, as compat apply reads it
-        return "serve: passed" if shipped(patch) else "no record"
-    module, ran, units = proofs
-    outcomes = {outcome for _, _, outcome, _ in ran}
-    words = [next(f"serve: {o}" for o in ("failed", "passed", "skipped", "not run") if o in outcomes or o == "not run")
-             ] if module else []
-    return ", ".join(words + (["released file"] if units else [])) or "none yet"
+def brief(patch) -> str:
+    """A word or two for the table, as compat apply reads the shipped evidence: serve: passed, or no record."""
+    return "serve: passed" if shipped(patch) else "no record"

@@ -9,7 +9,7 @@ from __future__ import annotations
 import sys
 
 from compat.checkpoint import max_positions
-from compat.report import ENVIRONMENT
+from compat.errors import UsageError
 
 #: the default --max-model-len, unless the checkpoint's own limit is smaller
 MAX_MODEL_LEN = 512
@@ -53,7 +53,7 @@ def resolve_common(args, calls_default, budget_default) -> str:
     return ""
 
 
-def usage(message: str) -> int:
-    """A usage problem: printed with confirm's prefix, exit 2 (nothing run)."""
-    print(f"confirm: {message}", file=sys.stderr)
-    return ENVIRONMENT
+def said(problem: UsageError) -> int:
+    """The one place a usage problem becomes output and an exit code: confirm's prefix, its message, exit 2."""
+    print(f"confirm: {problem}", file=sys.stderr)
+    return problem.exit_code

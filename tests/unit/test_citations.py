@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from ci import readme
+from ci import catalogue_page, readme
 from ci.gpu import record as gpu_record
 from compat import catalogue, registry
 from compat.proof_evidence import PROVEN
@@ -114,7 +114,7 @@ def readme_serve_table() -> list[str]:
 def test_catalogue_readme_and_plan_say_the_same_of_every_serve_proof():
     rows = readme_serve_table()
     for patch in registry.load_patches("serve"):
-        brief = catalogue.proof_brief(patch)
+        brief = catalogue.proof_brief(patch, catalogue_page.view())
         # the README's saved halves of this proof, by lane: each half it quotes, and whether as the proof expects
         halves: dict[str, dict[str, bool]] = {}
         for row in rows:

@@ -11,11 +11,21 @@ import json
 import pytest
 
 from compat.confirm import cli as confirm_cli
+from compat.errors import UsageError
 from compat.shared.arguments import add_arguments
 from compat.serve import options, server
 from compat.serve.plan import Rule
 
 EAGER = Rule("FLAGS", "vllm serve ... --enforce-eager: compiled start-up dies here", args=("--enforce-eager",))
+
+
+def refused(call) -> int:
+    """A usage problem raised where it is found, and the exit code the command line turns it into (said once)."""
+    with pytest.raises(UsageError) as raised:
+        call()
+    from compat.shared.options import said
+
+    return said(raised.value)
 
 
 def _args(tmp_path, *more: str, path: str = "serve", layers: str = "1,2,3,4"):
@@ -46,18 +56,18 @@ def test_a_serve_arg_that_turns_chunked_prefill_off_sizes_the_budget_as_the_plan
 
 @pytest.mark.parametrize("arg", ["--port=9000", "--kv-transfer-config={}", "--speculative_config={}", "--host"])
 def test_what_the_kit_owns_is_refused_with_exit_2(tmp_path, arg, capsys):
-    assert options.spec_from_args(_args(tmp_path, f"--serve-arg={arg}"), work_dir=tmp_path / "w") == 2
+    assert refused(lambda: options.spec_from_args(_args(tmp_path, f"--serve-arg={arg}"), work_dir=tmp_path / "w")) == 2
     assert "the kit sets" in capsys.readouterr().err
 
 
 def test_a_bare_value_is_refused_with_exit_2(tmp_path, capsys):
-    assert options.spec_from_args(_args(tmp_path, "--serve-arg=8"), work_dir=tmp_path / "w") == 2
+    assert refused(lambda: options.spec_from_args(_args(tmp_path, "--serve-arg=8"), work_dir=tmp_path / "w")) == 2
     assert "not an option" in capsys.readouterr().err
 
 
 def test_the_generator_path_refuses_it_with_exit_2(tmp_path, capsys):
     args = _args(tmp_path, "--serve-arg=--enforce-eager", path="generator", layers="1,2")
-    assert confirm_cli.spec_from_args(args) == 2
+    assert refused(lambda: confirm_cli.spec_from_args(args)) == 2
     assert "--serve-arg is the serve path's" in capsys.readouterr().err
 
 
@@ -65,6 +75,6 @@ def test_files_refuses_it_with_exit_2(tmp_path, capsys):
     files = tmp_path / "files"
     files.mkdir()
     args = _args(tmp_path, "--serve-arg=--enforce-eager", "--files", str(files))
-    assert options.confirm_serve(args, work_dir=tmp_path / "w") == 2
+    assert refused(lambda: options.confirm_serve(args, work_dir=tmp_path / "w")) == 2
     assert "--files DIR starts no server" in capsys.readouterr().err
     assert not (tmp_path / "w").exists()  # refused before any folder or server

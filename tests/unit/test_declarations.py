@@ -6,9 +6,10 @@ from pathlib import Path
 
 import pytest
 
+from ci import catalogue_page
+from ci.proofs import serve_proofs
 from compat import catalogue
 from compat.registry import load_patches, validate
-from compat.serve import proofs as serve_proofs
 from fixtures.synthetic import wheel_files
 from fixtures.wheels import wheel
 
@@ -58,7 +59,7 @@ def test_patch_composes_alone_and_when_left_out(pristine, variant, patch):
 
 def test_catalogue_is_generated_and_current():
     committed = (ROOT / "PATCHES.md").read_text()
-    assert committed == catalogue.render(), "run: python -m compat.catalogue > PATCHES.md"
+    assert committed == catalogue_page.render(), "run: python -m ci catalogue"
 
 
 SERVE = load_patches("serve")
@@ -67,7 +68,7 @@ SERVE = load_patches("serve")
 @pytest.mark.parametrize("patch", SERVE, ids=lambda p: p.id)
 def test_catalogue_lists_every_serve_declaration(patch):
     """PATCHES.md, --brief and --json carry each serve declaration with its own fields, after the old path's."""
-    full = catalogue.render()
+    full = catalogue_page.render()
     section = full[full.index("# Modern path"):]
     entry = section[section.index(f"## `{patch.id}`"):]
     entry = entry[:entry.index("\n## ", 1)] if "\n## " in entry[1:] else entry
@@ -75,11 +76,48 @@ def test_catalogue_lists_every_serve_declaration(patch):
                  *patch.symptoms, catalogue.needed_when(patch), serve_proofs.status(patch)):
         assert text in entry, text
     assert f"| `{patch.id}` | {patch.title} | {patch.target} |" in section
-    brief = catalogue.render_brief().splitlines()
+    brief = catalogue.render_brief(catalogue_page.view()).splitlines()
     serve_rows = brief[brief.index(next(line for line in brief if "FIXES (modern path" in line)):]
     assert any(line.split()[:2] == [patch.id, patch.target] and line.endswith(patch.title) for line in serve_rows)
-    listed = {p["id"]: p for p in catalogue.as_json()["serve_patches"]}
-    assert listed[patch.id]["target"] == patch.target and listed[patch.id]["proof"] == serve_proofs.status(patch)
+    listed = {p["id"]: p for p in catalogue.as_json(catalogue_page.view())["serve_patches"]}
+    assert listed[patch.id]["target"] == patch.target and listed[patch.id]["proof"] == catalogue_page.status(patch)
+
+
+def test_the_shipped_catalogue_reads_nothing_of_the_repository():
+    """The wheel ships the product: the kit's proof words come from the evidence shipped in the package, so neither
+    module names a path of the repository's tests/ or docs/ (their reading lives in ci.proofs.serve_proofs)."""
+    from compat.serve import proofs as shipped
+
+    for name in ("found", "contract_proof", "unit_proofs", "serve_records", "outcome_in", "module_key", "ROOT"):
+        assert not hasattr(shipped, name), name
+    assert not hasattr(catalogue, "saved_pairs") and not hasattr(catalogue, "ROOT")
+    for module in (shipped, catalogue):
+        source = Path(module.__file__).read_text()
+        assert not [s for s in ('"tests"', "tests/", "docs/") if s in source], module.__name__
+
+
+def test_a_kit_without_the_repository_prints_the_shipped_proof_status(tmp_path):
+    """``python -m compat.catalogue --json`` in a copy of the package with no tests/ or docs/ beside it: each serve
+    patch's proof is the shipped evidence's words, with no saved halves."""
+    import json
+    import shutil
+    import subprocess
+    import sys
+
+    from compat.serve import proofs as shipped
+
+    junk = shutil.ignore_patterns("__pycache__")
+    for folder in ("compat", "patches"):
+        shutil.copytree(ROOT / folder, tmp_path / folder, ignore=junk)
+    run = [sys.executable, "-m", "compat.catalogue"]
+    proc = subprocess.run([*run, "--json"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    listed = {p["id"]: p for p in json.loads(proc.stdout)["serve_patches"]}
+    assert set(listed) == {p.id for p in SERVE}
+    for patch in SERVE:
+        assert listed[patch.id]["proof"] == shipped.status(patch) and listed[patch.id]["saved_proofs"] == []
+    page = subprocess.run(run, cwd=tmp_path, capture_output=True, text=True, timeout=120).stdout
+    assert "the evidence shipped with this kit" in page and "tests/contract/serve/test_k" not in page
 
 
 def test_serve_proof_status_reads_the_repository(tmp_path):

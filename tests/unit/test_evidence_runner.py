@@ -15,10 +15,9 @@ from types import SimpleNamespace
 import pytest
 
 from ci import evidence as records
-from ci.proofs import evidence
+from ci.proofs import evidence, serve_proofs
 from compat import proof_evidence, proven, registry
 from compat.probes.runner_v2 import Runner
-from compat.serve import proofs as serve_proofs
 
 V1_CLASS = "vllm.v1.worker.gpu_model_runner.GPUModelRunner"  # the V1 GPU runner's module (vLLM <= 0.33)
 V2_CLASS = "vllm.v1.worker.gpu.model_runner.GPUModelRunner"  # Model Runner V2's (ci/gpu record "resolved")
@@ -128,7 +127,7 @@ def test_a_v2_record_proves_on_v2_only(repo, monkeypatch):
 
 
 def test_the_serve_catalogue_says_the_runner_of_each_record(repo, monkeypatch):
-    """compat/serve/proofs.py's rows: a serve cell naming V2 reads as V2's, one naming none as V1's; the shipped
+    """ci/proofs/serve_proofs.py's rows: a serve cell naming V2 reads as V2's, one naming none as V1's; the shipped
     rows (an installed kit) say their runner too."""
     k1 = next(p for p in registry.load_patches("serve") if serve_proofs.module_key(p) == "k1")
     proof = serve_proofs.contract_proof(k1)

@@ -134,7 +134,7 @@ def test_a_refused_serve_confirm_leaves_no_temp_folder(tmp_path):
 
 # -- an installed kit's catalogue and compat apply read one shipped source ------------------------------------------
 
-def test_an_installed_catalogue_says_what_compat_apply_says(tmp_path, monkeypatch):
+def test_an_installed_catalogue_says_what_compat_apply_says(monkeypatch):
     """Without the repository (tests/, records) the catalogue's serve proof is the shipped compat/proof_evidence.py,
     the table compat apply's "unproven" line reads: proven there, proven here; absent there, unproven here."""
     from compat import proof_evidence, proven
@@ -145,10 +145,10 @@ def test_an_installed_catalogue_says_what_compat_apply_says(tmp_path, monkeypatc
     record = "docs/coverage/records/vllm0.32.0-spec0.9.0.json"
     decision = Decision(k1, "needed", "", variant="serve")
     monkeypatch.setattr(proof_evidence, "PROVEN", {k1.id: (("0.32", "cpu", "serve", record),)})
-    assert serve_proofs.brief(k1, tmp_path) == "serve: passed" and record in serve_proofs.status(k1, tmp_path)
+    assert serve_proofs.brief(k1) == "serve: passed" and record in serve_proofs.status(k1)
     assert proven.summary([decision], "0.32.0") is None
     monkeypatch.setattr(proof_evidence, "PROVEN", {})
-    assert serve_proofs.brief(k1, tmp_path) == "no record" and "unproven" in serve_proofs.status(k1, tmp_path)
+    assert serve_proofs.brief(k1) == "no record" and "unproven" in serve_proofs.status(k1)
     assert k1.id in proven.summary([decision], "0.32.0")
 
 
@@ -162,7 +162,7 @@ def test_a_mistyped_option_gets_the_commands_usage_and_the_closest_option():
 
 
 def test_every_marker_the_tests_use_is_registered_and_the_serve_hint_skips_the_unit_tests():
-    from compat.layout import MARKERS
+    from tests.markers import MARKERS
 
     used = set()
     for path in (ROOT / "tests").rglob("*.py"):

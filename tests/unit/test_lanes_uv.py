@@ -84,7 +84,7 @@ def _wheel(folder: Path, name: str, version: str) -> Path:
 @pytest.fixture
 def real_uv():
     """The kit's pinned uv (bootstrapped into the real kit cache once, as `.ci/run` does before any lane)."""
-    from ci import tools
+    from fixtures import tools
 
     return tools.uv()
 
