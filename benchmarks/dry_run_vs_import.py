@@ -4,7 +4,7 @@
 
 Alternates the two commands ROUNDS times (default 5) in fresh interpreters of
 the same environment and prints each median and their ratio.  Prints, never
-asserts: figures go to issue notes, not into tests.
+asserts: its output is saved under docs/benchmarks/, not held by tests.
 """
 
 from __future__ import annotations

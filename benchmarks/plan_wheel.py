@@ -78,7 +78,7 @@ def main(argv=None) -> int:
           f"wall {medians['after'][1] / medians['before'][1]:.3f}")
     same = outputs["before"] == outputs["after"]
     print(f"outputs identical: {'yes' if same else 'NO'}; after's median CPU-s {medians['after'][0]:.2f} "
-          f"(issue 32's bound: 1.5)")
+          f"(goal P3's bound: 1.5)")
     return 0 if same else 1
 
 

@@ -17,9 +17,10 @@ import sys
 from dataclasses import dataclass, field, replace
 
 from . import amx, exit_policy, install_checks, proven, registry, report, verdicts
-from .errors import EnvironmentProblem, PatchError
+from .errors import EnvironmentProblem, PatchError, UsageError
 from .exit_policy import Finding
 from .layout import GENERATOR, WORKER
+from .output import Output
 from .patcher import Patcher, Plan, open_target
 from .serve import plan as serve_plan
 from .sources import SourceError
@@ -48,10 +49,38 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="list only patches with something to do or on disk (JSON still lists all)")
 
 
+MODES = ("apply", "dry-run", "verify", "revert")
+
+
+@dataclass(frozen=True)
+class Options:
+    """``compat apply``'s command line, checked: a combination that would silently do something else is refused
+    here (UsageError, exit 2), before anything is read or written."""
+
+    mode: str = "apply"  # one of MODES
+    output: Output = Output()
+    exclude: tuple[str, ...] = ()
+    force: bool = False
+    require_proven: bool = False
+    brief: bool = False
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> "Options":
+        mode = "dry-run" if args.dry_run else "verify" if args.verify else "revert" if args.revert else "apply"
+        if args.force and mode != "revert":
+            raise UsageError("--force only makes sense with --revert; nothing was changed")
+        if args.exclude and mode == "revert":
+            raise UsageError("--exclude has no meaning with --revert (revert restores every file); nothing was changed")
+        return cls(mode, Output.checked(args.json, args.json_file), tuple(args.exclude), args.force,
+                   args.require_proven, args.brief)
+
+
 def main(argv: list[str] | None = None) -> int:
+    from .cli import run_command
+
     parser = argparse.ArgumentParser(prog="compat apply", description=DESCRIPTION)
     add_arguments(parser)
-    return exit_policy.run(run, parser.parse_args(argv))
+    return run_command("apply", Options, run, parser.parse_args(argv))
 
 
 @dataclass
@@ -64,18 +93,14 @@ class Result:
     written: list[str] = field(default_factory=list)
 
 
-def _mode(args) -> str:
-    return "dry-run" if args.dry_run else "verify" if args.verify else "revert" if args.revert else "apply"
-
-
-def _refuse(args, finding: Finding, surface=None, **extra) -> int:
-    outcome = exit_policy.decide(_mode(args), problems=[finding])
+def _refuse(options: Options, finding: Finding, surface=None, **extra) -> int:
+    outcome = exit_policy.decide(options.mode, problems=[finding])
     print(f"error: {finding.text}", file=sys.stderr)
-    doc = report.document(_mode(args), surface, [], error=finding.text, exit_code=outcome.code, **extra)
-    if args.json:
-        sys.stdout.write(report.render(doc))
-    if not report.unwritable(args.json_file):
-        report.write_json(args.json_file, doc)
+    doc = report.document(options.mode, surface, [], error=finding.text, exit_code=outcome.code, **extra)
+    if options.output.json:
+        options.output.write((), doc)
+    else:
+        options.output.write_file(doc)
     return outcome.code
 
 
@@ -83,32 +108,25 @@ def _environment(text: str) -> Finding:
     return Finding("environment", text)
 
 
-def run(args: argparse.Namespace) -> int:
-    if args.force and not args.revert:
-        return _refuse(args, _environment("--force only makes sense with --revert; nothing was changed"))
-    if args.exclude and args.revert:
-        return _refuse(args, _environment("--exclude has no meaning with --revert (revert restores every file); "
-                                    "nothing was changed"))
-    unwritable = report.unwritable(args.json_file)  # every output is checked before anything changes
-    if unwritable:
-        return _refuse(args, _environment(f"{unwritable}; nothing was changed"))
+def run(options: Options) -> int:
+    """Run ``compat apply`` in the mode its options name (the output was checked writable before this)."""
     try:
-        if args.revert:
-            return _revert(args)
-        return _decide(args)
+        if options.mode == "revert":
+            return _revert(options)
+        return _decide(options)
     except PatchError as exc:
-        return _refuse(args, exc.finding())
+        return _refuse(options, exc.finding())
     except SourceError as exc:  # e.g. two installed copies of a package
-        return _refuse(args, _environment(str(exc)))
-    except OSError as exc:  # the report itself, if --json-file went away after the check above
-        return _refuse(args, _environment(f"{exc.filename or 'output'}: {exc.strerror or exc}"))
+        return _refuse(options, _environment(str(exc)))
+    except OSError as exc:  # a file that could not be read or written on the way
+        return _refuse(options, _environment(f"{exc.filename or 'output'}: {exc.strerror or exc}"))
 
 
-def _finish(args, mode: str, surface, result: Result, **extra) -> int:
+def _finish(options: Options, mode: str, surface, result: Result, **extra) -> int:
     """Decide the exit code, print the table or the JSON document, write --json-file."""
     outcome = exit_policy.decide(mode, result.decisions, result.problems)
     lines = report.header(surface) if surface else []
-    lines += report.table(result.decisions, brief=args.brief) if result.decisions else []
+    lines += report.table(result.decisions, brief=options.brief) if result.decisions else []
     lines += [p.text if p.kind in ("unsupported", "incompatible") else f"problem: {p.text}" for p in result.problems]
     lines += [f"note: {n}" for n in result.notes]
     if result.written:
@@ -119,12 +137,11 @@ def _finish(args, mode: str, surface, result: Result, **extra) -> int:
     doc = report.document(mode, surface, result.decisions, written=result.written,
                           problems=[p.text for p in result.problems], notes=result.notes, exit_code=outcome.code,
                           **extra)
-    report.emit(lines, doc, args.json, args.json_file)
-    return outcome.code
+    return options.output.write(lines, doc) or outcome.code
 
 
-def _decide(args) -> int:
-    mode = _mode(args)
+def _decide(options: Options) -> int:
+    mode = options.mode
     found = installed_sources()
     missing = [m for m in ("vllm", "speculators") if found[m][0] is None]
     if missing:
@@ -132,7 +149,7 @@ def _decide(args) -> int:
             print(f"error: {module} is not installed (no distribution provides the `{module}` module)", file=sys.stderr)
         module = missing[-1]
         message = f"{module} is not installed (no distribution provides the `{module}` module)"
-        return _refuse(args, _environment(message), missing=missing)
+        return _refuse(options, _environment(message), missing=missing)
     surface = evaluate(found["vllm"][1], found["speculators"][1], found["transformers"][1])
     judged = serve_plan.judge_installed(surface)  # speculators >= 0.5: the vllm serve path's plan
     serve = judged[0] if judged else None
@@ -141,23 +158,23 @@ def _decide(args) -> int:
                    f"this kit knows ({GENERATOR} and {WORKER} are absent; speculators >= 0.5 generates hidden "
                    f"states through `vllm serve` and vLLM's own extract_hidden_states)")
         unsupported = Finding("unsupported", message)
-        return _finish(args, mode, surface, Result(problems=[unsupported]), unsupported=message)
+        return _finish(options, mode, surface, Result(problems=[unsupported]), unsupported=message)
     decisions = serve if serve is not None else registry.select(surface)
-    unknown = verdicts.unknown_ids(decisions, args.exclude)
+    unknown = verdicts.unknown_ids(decisions, options.exclude)
     if unknown:
         known = ", ".join(d.patch.id for d in decisions)
         raise EnvironmentProblem(f"--exclude: no patch has the id {', '.join(unknown)} (known: {known}); "
                                  f"nothing was changed")
-    decisions = list(verdicts.exclude(decisions, args.exclude))
+    decisions = list(verdicts.exclude(decisions, options.exclude))
     said, no = plan_said(surface, judged, found["vllm"][1])  # the plan's rules, printed on every path, and its NO
     device, runner = proven.device_of(surface), proven.runner_of(surface)
     unproven_first = proven.summary(decisions, surface.version("vllm"), device, runner, surface.version("speculators"))
     if no is not None and mode in ("apply", "dry-run"):  # the plan's NO stops apply with the plan's exit code
-        return _finish(args, mode, surface, Result(decisions=decisions, problems=[no]), lines=said["lines"],
+        return _finish(options, mode, surface, Result(decisions=decisions, problems=[no]), lines=said["lines"],
                        **said["doc"])
-    if getattr(args, "require_proven", False) and unproven_first and mode in ("apply", "dry-run"):
+    if options.require_proven and unproven_first and mode in ("apply", "dry-run"):
         refused = Finding("problem", f"--require-proven: {unproven_first}; nothing was changed")
-        return _finish(args, mode, surface, Result(decisions=decisions, problems=[refused]), lines=said["lines"],
+        return _finish(options, mode, surface, Result(decisions=decisions, problems=[refused]), lines=said["lines"],
                        **said["doc"])
     result = run_targets(mode, decisions, surface.fingerprint())
     install = install_level(mode, result, serve=serve is not None)
@@ -167,7 +184,7 @@ def _decide(args) -> int:
     lines = said["lines"] + proven.user_proofs(result.decisions)
     unproven = proven.summary(result.decisions, surface.version("vllm"), device, runner, surface.version("speculators"))
     lines += [f"unproven: {unproven}"] if unproven else []
-    return _finish(args, mode, surface, result, lines=lines, install=install, **said["doc"])
+    return _finish(options, mode, surface, result, lines=lines, install=install, **said["doc"])
 
 
 def install_level(mode: str, result: Result, serve: bool) -> dict:
@@ -284,7 +301,7 @@ def run_targets(mode: str, decisions: list[Decision], fingerprint: str, site=Non
     return outcome
 
 
-def _revert(args) -> int:
+def _revert(options: Options) -> int:
     """Revert every target of both paths; one that cannot be reverted is a finding, the others are still reverted."""
     patches = registry.load_patches() + registry.load_patches("serve")  # both paths: revert restores every file
     result, missing = Result(), []
@@ -297,7 +314,7 @@ def _revert(args) -> int:
             continue
         watched = sorted({f for p in patches if p.target == target for v in p.edits for f in p.files(v)})
         try:
-            result.written += patcher.revert(force=args.force, watched=watched)
+            result.written += patcher.revert(force=options.force, watched=watched)
         except PatchError as exc:  # a refusal, on stderr as every refusal; the report lists it too
             print(f"error: {exc}", file=sys.stderr)
             result.problems.append(exc.finding())
@@ -305,7 +322,7 @@ def _revert(args) -> int:
         raise missing[0]
     restored = result.written + install_checks.remove_alias()
     lines = [f"revert: restored {len(restored)} file(s)" + (f": {', '.join(restored)}" if restored else "")]
-    return _finish(args, "revert", None, replace(result, written=[]), restored=restored, lines=lines)
+    return _finish(options, "revert", None, replace(result, written=[]), restored=restored, lines=lines)
 
 
 if __name__ == "__main__":

@@ -6,13 +6,15 @@ The catalogue is generated, never hand-written, so it cannot drift from the code
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
 from . import pipelines
+from .errors import UsageError
+from .exit_policy import ENVIRONMENT, OK
+from .output import Output, unwritable
 from .registry import load_patches
 from .serve import proofs as serve_proofs
 
@@ -177,28 +179,44 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--brief", action="store_true", help="one line per patch instead of the full markdown")
 
 
-def run(args: argparse.Namespace) -> int:
-    try:
-        if args.json_file:
-            Path(args.json_file).write_text(json.dumps(as_json(), indent=2) + "\n")
-        if args.json:
-            print(json.dumps(as_json(), indent=2))
-        elif args.output:
-            Path(args.output).write_text(render_brief() if args.brief else render())
-        elif args.brief:
-            sys.stdout.write(render_brief())
-        else:
-            sys.stdout.write(render())
-    except OSError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    return 0
+@dataclass(frozen=True)
+class Options:
+    """``compat catalogue``'s command line: the markdown (whole or ``brief``) to stdout or ``markdown_file``, or the
+    JSON document."""
+
+    brief: bool = False
+    markdown_file: str | None = None
+    output: Output = Output()
+
+    @classmethod
+    def from_args(cls, args) -> "Options":
+        problem = unwritable(args.output) if args.output else None
+        if problem:
+            raise UsageError(problem.replace("--json-file", "--output") + "; nothing was written")
+        return cls(args.brief, args.output, Output.checked(args.json, args.json_file))
+
+
+def run(options: Options) -> int:
+    markdown = render_brief() if options.brief else render()
+    if options.markdown_file and not options.output.json:
+        try:
+            Path(options.markdown_file).write_text(markdown)
+        except OSError as exc:
+            print(f"error: cannot write {options.markdown_file}: {exc.strerror or exc}", file=sys.stderr)
+            return ENVIRONMENT
+        markdown = ""
+    if not (options.output.json or options.output.json_file):
+        sys.stdout.write(markdown)
+        return OK
+    return options.output.write([markdown.rstrip("\n")] if markdown else [], as_json()) or OK
 
 
 def main(argv: list[str] | None = None) -> int:
+    from .cli import run_command
+
     parser = argparse.ArgumentParser(prog="compat catalogue", description=DESCRIPTION)
     add_arguments(parser)
-    return run(parser.parse_args(argv))
+    return run_command("catalogue", Options, run, parser.parse_args(argv))
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ value wins everywhere; the top level is only the fallback for a value the text m
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass, field
 from pathlib import Path
 
 CONFIG = "config.json"
@@ -71,3 +72,41 @@ def max_positions(model: str) -> int | None:
     """The text model's context limit (``max_position_embeddings``), or None where the config does not give one."""
     limit = text_value(read_config(model), "max_position_embeddings")
     return int(limit) if limit else None
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """A local checkpoint's facts, read once per command and handed down as values (``compat confirm`` reads it
+    when its options are read; every part of either pipeline then takes what it needs from here, not from disk)."""
+
+    path: str
+    config: dict = field(default_factory=dict, compare=False)
+    num_layers: int | None = None
+    hidden_size: int | None = None
+    max_positions: int | None = None
+    vocab_size: int | None = None
+    unread: str = ""  # why config.json could not be read ('' when it was)
+
+    @classmethod
+    def read(cls, model: str) -> "Checkpoint":
+        """The checkpoint at ``model``; a config that cannot be read gives a Checkpoint whose ``unread`` says why."""
+        try:
+            config = read_config(model)
+        except (OSError, ValueError) as exc:
+            return cls(str(model), unread=str(exc))
+        facts = {key: _as_int(text_value(config, name)) for key, name in (
+            ("num_layers", "num_hidden_layers"), ("hidden_size", "hidden_size"),
+            ("max_positions", "max_position_embeddings"), ("vocab_size", "vocab_size"))}
+        return cls(str(model), config, **facts)
+
+    @property
+    def text(self) -> dict:
+        """The text model's config (a wrapper's ``text_config``)."""
+        return text_config(self.config)
+
+
+def _as_int(value) -> int | None:
+    try:
+        return int(value) if value else None
+    except (TypeError, ValueError):
+        return None

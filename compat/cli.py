@@ -1,8 +1,12 @@
 """The ``compat`` console script: one argparse subcommand per command module.
 
 Each module ``compat/<cmd>.py`` brings ``DESCRIPTION`` (one line),
-``add_arguments(parser)`` and ``run(args)``; this file only assembles them,
-so ``compat apply ...`` and ``python -m compat.apply ...`` parse the same way.
+``add_arguments(parser)``, ``Options`` (a frozen dataclass whose ``from_args``
+reads the parsed command line, refusing what it cannot mean) and
+``run(options)``; this file only assembles them, so ``compat apply ...`` and
+``python -m compat.apply ...`` parse the same way.  :func:`run_command` is the
+one place a :class:`compat.errors.UsageError`, raised wherever a command finds
+one, becomes its line on stderr and exit 2.
 A bare ``compat`` prints the help and exits 2 (a usage error: no command given).
 """
 
@@ -14,6 +18,7 @@ import importlib
 import sys
 
 from . import exit_policy
+from .errors import UsageError, said
 
 COMMANDS = ("apply", "plan", "surface", "catalogue", "confirm")
 USAGE_ERROR = 2  # argparse's own exit status for a bad command line
@@ -42,7 +47,7 @@ def build_parser() -> argparse.ArgumentParser:
         description = _describe(module)
         sub = commands.add_parser(name, help=description, description=description)
         module.add_arguments(sub)
-        sub.set_defaults(handler=module.run, parser=sub)
+        sub.set_defaults(handler=module.run, options=module.Options, parser=sub)
     return parser
 
 
@@ -66,7 +71,16 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help(sys.stderr)
         return USAGE_ERROR
     args = parse(parser, argv)
-    return exit_policy.run(args.handler, args)
+    return run_command(args.command, args.options, args.handler, args)
+
+
+def run_command(name: str, options, handler, args: argparse.Namespace) -> int:
+    """Read ``args`` into the command's ``options`` type and run ``handler`` on them; a usage problem found on the
+    way, while reading the options or deep in a run, is said once here and exits 2 (nothing was run or changed)."""
+    try:
+        return exit_policy.run(handler, options.from_args(args))
+    except UsageError as problem:
+        return said(problem, name)
 
 
 if __name__ == "__main__":

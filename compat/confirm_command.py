@@ -10,18 +10,19 @@ both: it parses the shared command line (compat/shared/arguments.py), sends ``--
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import sys
 
 from compat import pipelines
 from compat.errors import UsageError
-from compat.exit_policy import ENVIRONMENT
+from compat.exit_policy import ENVIRONMENT, INTERRUPTED
 from compat.pipelines import Pipeline
 from compat.shared.arguments import DESCRIPTION, EXIT_CODES, add_arguments  # noqa: F401 (the console script's)
-from compat.shared.options import said
+from compat.shared.options import ConfirmOptions
 
-#: the exit code of a Ctrl-C before the serve path could start anything: 128 + SIGINT, as a shell reports it
-INTERRUPTED = 130
+#: the console script reads the command line into this (compat/cli.py)
+Options = ConfirmOptions
 
 
 def check_report(path: str, accept_weaker: bool = False, out=None, now: dict | None = None) -> int:
@@ -40,17 +41,17 @@ def check_report(path: str, accept_weaker: bool = False, out=None, now: dict | N
         return check(path, doc, out or sys.stdout)
     from compat.confirm.report import check
 
-    return check(path, now=now, out=out, accept_weaker=accept_weaker)
+    return check(path, now=now, out=out, accept_weaker=accept_weaker, doc=doc)
 
 
-def _serve(args) -> int:
+def _serve(options: ConfirmOptions) -> int:
     """The serve path; a Ctrl-C while its modules import (before it can stop anything) still ends in one line."""
     try:
         from compat.serve.options import confirm_serve
     except KeyboardInterrupt:
         print("interrupted: nothing was started", file=sys.stderr, flush=True)
         return INTERRUPTED
-    return confirm_serve(args)
+    return confirm_serve(options, work_dir=options.work_dir, vocab=options.vocab)
 
 
 def installed_pipeline() -> tuple[Pipeline | None, str]:
@@ -69,37 +70,32 @@ def installed_pipeline() -> tuple[Pipeline | None, str]:
     return pipeline, f"speculators {dist.version} is installed"
 
 
-def run(args, **hooks) -> int:
-    """``compat confirm`` on parsed options: --check, a serve-path run, or a generator-path run (``hooks``: RunSpec
+def run(options: ConfirmOptions, **hooks) -> int:
+    """``compat confirm`` on its options: --check, a serve-path run, or a generator-path run (``hooks``: RunSpec
     fields the generator path adds, for programs and tests).  Without --path, the installed speculators picks.  A
-    usage problem, wherever either pipeline finds it, becomes its line and exit 2 here."""
-    try:
-        return _run(args, **hooks)
-    except UsageError as problem:
-        return said(problem)
-
-
-def _run(args, **hooks) -> int:
+    usage problem, wherever either pipeline finds it, is raised (compat.cli.run_command says it)."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    if args.check:
-        return check_report(args.check, accept_weaker=args.accept_weaker)
-    if not args.model:  # both pipelines need it: the first thing to say, before which pipeline it would be
+    if options.check:
+        return check_report(options.check, accept_weaker=options.accept_weaker)
+    if not options.model:  # both pipelines need it: the first thing to say, before which pipeline it would be
         raise UsageError("--model PATH is required (or --check REPORT)")
-    if args.path is None:
+    if options.path is None:
         pipeline, read = installed_pipeline()
         if pipeline is None:
             raise UsageError(f"cannot tell which pipeline to confirm: {read}; pass --path generator (speculators "
                              f"0.3.0 / 0.4.x) or --path serve (speculators >= 0.5); nothing was run")
-        args.path = pipeline.name
-    if args.path == pipelines.SERVE.name:
-        return _serve(args)
+        options = options.replace(path=pipeline.name)
+    if options.path == pipelines.SERVE.name:
+        return _serve(options)
     from compat.confirm.cli import run_generator
 
-    return run_generator(args, **hooks)
+    return run_generator(options, **hooks)
 
 
 def main(argv=None, **hooks) -> int:
     """``python -m compat.confirm ARGS``; ``hooks`` are RunSpec fields (``on_imported``, ``on_reference``)."""
+    from compat.cli import run_command
+
     parser = argparse.ArgumentParser(prog="compat confirm", description=DESCRIPTION, epilog=EXIT_CODES)
     add_arguments(parser)
-    return run(parser.parse_args(argv), **hooks)
+    return run_command("confirm", ConfirmOptions, functools.partial(run, **hooks), parser.parse_args(argv))

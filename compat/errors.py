@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 from .exit_policy import CODES, Finding
 
 
@@ -27,3 +29,9 @@ class EnvironmentProblem(PatchError):
 class UsageError(EnvironmentProblem):
     """Bad input on a command line (an option, a file it names): raised where it is found, said in one line and turned
     into exit 2 once, by the command's entry point; nothing was run or changed."""
+
+
+def said(problem: UsageError, command: str) -> int:
+    """The one place a usage problem becomes output and an exit code: the command's name, the problem, exit 2."""
+    print(f"{command}: {problem}", file=sys.stderr)
+    return problem.exit_code

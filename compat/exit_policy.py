@@ -30,28 +30,81 @@ import select
 import signal
 import sys
 from dataclasses import dataclass
+from enum import Enum, IntEnum
 from typing import Callable, Iterable, Sequence
 
 # the policy sits below every layer: any command may ask it, it imports none of them (a decision is any object with
 # compat.verdicts.Decision's ``verdict``, ``patch`` and ``reason``: read by duck typing, so no import circle)
 Decision = object
 
-OK, PATCH_PROBLEM, ENVIRONMENT, UNSUPPORTED = 0, 1, 2, 3
-#: compat confirm only: nothing differed, but a part could not run or was not looked at enough (named)
-INCOMPLETE = 4
-#: compat confirm's verdicts, either pipeline's, and their codes (a run's and --check's alike)
-VERDICT_CODES = {"OK": OK, "WRONG": PATCH_PROBLEM, "ERROR": PATCH_PROBLEM, "INCOMPLETE": INCOMPLETE}
-BROKEN_PIPE = 128 + int(signal.SIGPIPE)
 
-#: Kinds of finding, most severe first: the first one present decides the word and the code.
-SEVERITY = ("environment", "unsupported", "incompatible", "problem", "unknown")
-CODES = {None: OK, "environment": ENVIRONMENT, "unsupported": UNSUPPORTED, "incompatible": PATCH_PROBLEM,
-         "problem": PATCH_PROBLEM, "unknown": PATCH_PROBLEM}
-_COMMAND_WORDS = {None: "OK", "environment": "ERROR", "unsupported": "UNSUPPORTED", "incompatible": "NO",
-                  "problem": "PROBLEM", "unknown": "UNKNOWN"}
+
+class Word(str, Enum):
+    """A closed set of words a command prints and compares: each member is its own string (what JSON, a report file
+    and a comparison with a bare string see), so a typo in a producer fails at once instead of passing as a new
+    word.  (``enum.StrEnum`` from Python 3.11; the kit runs on 3.10 too.)"""
+
+    def __str__(self) -> str:
+        return self.value
+
+    def __format__(self, spec: str) -> str:
+        return format(self.value, spec)
+
+
+class ExitCode(IntEnum):
+    """Every exit code a command of the kit returns (the table in this module's docstring)."""
+
+    OK = 0
+    PATCH_PROBLEM = 1
+    ENVIRONMENT = 2
+    UNSUPPORTED = 3
+    #: compat confirm only: nothing differed, but a part could not run or was not looked at enough (named)
+    INCOMPLETE = 4
+    #: a Ctrl-C: 128 + SIGINT, as a shell reports it
+    INTERRUPTED = 128 + int(signal.SIGINT)
+    #: the reader of stdout went away (``| head``), as for a command killed by SIGPIPE
+    BROKEN_PIPE = 128 + int(signal.SIGPIPE)
+
+    def __str__(self) -> str:  # the number, as a shell shows it, on every Python (3.10 gives the name)
+        return str(self.value)
+
+
+OK, PATCH_PROBLEM, ENVIRONMENT, UNSUPPORTED = ExitCode.OK, ExitCode.PATCH_PROBLEM, ExitCode.ENVIRONMENT, ExitCode.UNSUPPORTED
+INCOMPLETE, INTERRUPTED, BROKEN_PIPE = ExitCode.INCOMPLETE, ExitCode.INTERRUPTED, ExitCode.BROKEN_PIPE
+
+
+class ConfirmVerdict(Word):
+    """compat confirm's verdicts, either pipeline's, a run's and --check's alike."""
+
+    OK = "OK"
+    WRONG = "WRONG"
+    ERROR = "ERROR"
+    INCOMPLETE = "INCOMPLETE"
+
+
+#: each confirm verdict's exit code
+VERDICT_CODES = {ConfirmVerdict.OK: OK, ConfirmVerdict.WRONG: PATCH_PROBLEM, ConfirmVerdict.ERROR: PATCH_PROBLEM,
+                 ConfirmVerdict.INCOMPLETE: INCOMPLETE}
+
+
+class Kind(Word):
+    """Kinds of finding, most severe first (the order of the members): the first one present decides."""
+
+    ENVIRONMENT = "environment"
+    UNSUPPORTED = "unsupported"
+    INCOMPATIBLE = "incompatible"
+    PROBLEM = "problem"
+    UNKNOWN = "unknown"
+
+
+SEVERITY = tuple(Kind)
+CODES = {None: OK, Kind.ENVIRONMENT: ENVIRONMENT, Kind.UNSUPPORTED: UNSUPPORTED, Kind.INCOMPATIBLE: PATCH_PROBLEM,
+         Kind.PROBLEM: PATCH_PROBLEM, Kind.UNKNOWN: PATCH_PROBLEM}
+_COMMAND_WORDS = {None: "OK", Kind.ENVIRONMENT: "ERROR", Kind.UNSUPPORTED: "UNSUPPORTED", Kind.INCOMPATIBLE: "NO",
+                  Kind.PROBLEM: "PROBLEM", Kind.UNKNOWN: "UNKNOWN"}
 #: The words each mode prints; ``plan`` answers the question "can I install this?".
 WORDS = {
-    "plan": {**_COMMAND_WORDS, None: "YES", "incompatible": "NO", "problem": "NO"},
+    "plan": {**_COMMAND_WORDS, None: "YES", Kind.INCOMPATIBLE: "NO", Kind.PROBLEM: "NO"},
 }
 #: Verdicts a decision may be left in that make the run a problem (apply then writes nothing).
 PROBLEM_VERDICTS = {"failed": "problem", "drifted": "problem", "needed": "problem", "unknown-surface": "unknown"}
@@ -61,19 +114,21 @@ PROBLEM_VERDICTS = {"failed": "problem", "drifted": "problem", "needed": "proble
 class Finding:
     """One thing a command found that bears on its exit code."""
 
-    kind: str  # one of SEVERITY
+    kind: Kind  # a Kind's string is taken too, and made the Kind
     text: str
 
     def __post_init__(self):
-        if self.kind not in SEVERITY:
-            raise ValueError(f"unknown finding kind {self.kind!r} (one of {', '.join(SEVERITY)})")
+        try:
+            object.__setattr__(self, "kind", Kind(self.kind))
+        except ValueError:
+            raise ValueError(f"unknown finding kind {self.kind!r} (one of {', '.join(SEVERITY)})") from None
 
 
 @dataclass(frozen=True)
 class Outcome:
     mode: str
     word: str
-    code: int
+    code: ExitCode
     findings: tuple[Finding, ...]
 
 

@@ -186,13 +186,6 @@ def _extras(site=None) -> tuple[list[str], list[str], str | None]:
     return found, unknown, torch_version
 
 
-def torch_extras(site=None) -> list[str]:
-    """Each torch companion installed that cannot load against the installed torch, and why; then each whose fit
-    is unknown (its METADATA, or torch's, cannot be read), said so: never left out as if absent."""
-    found, unknown, _ = _extras(site)
-    return found + unknown
-
-
 def extras_problem(site=None) -> str | None:
     """The torch-companion finding with its fixing command, or None."""
     found, unknown, torch_version = _extras(site)

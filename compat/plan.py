@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import email.parser
-import json
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +22,8 @@ from pathlib import Path
 from packaging.requirements import InvalidRequirement, Requirement
 
 from . import amx, builds, exit_policy, host, proven, registry, report, transformers_ranges, upstream_facts, verdicts
+from .errors import UsageError
+from .output import Output
 from .probes import PROBES, Unknown
 from .serve import plan as serve_plan
 from .sources import Source, SourceError, open_source
@@ -89,16 +90,37 @@ def layer_ids(text: str) -> list[int]:
     return ids
 
 
-def run(args: argparse.Namespace) -> int:
+@dataclass(frozen=True)
+class Options:
+    """``compat plan``'s command line (``--json-file`` checked writable before anything is read)."""
+
+    wheel: str
+    speculators: str | None = None
+    transformers: str | None = None
+    require_proven: bool = False
+    layer_ids: tuple[int, ...] | None = None
+    output: Output = Output()
+
+    @classmethod
+    def from_args(cls, args) -> "Options":
+        """The options of a parsed command line (or any object with these attributes; the rest take defaults)."""
+        if isinstance(args, cls):
+            return args
+        ids = getattr(args, "layer_ids", None)
+        return cls(args.wheel, getattr(args, "speculators", None), getattr(args, "transformers", None),
+                   bool(getattr(args, "require_proven", False)), tuple(ids) if ids else None,
+                   Output.checked(getattr(args, "json", False), getattr(args, "json_file", None)))
+
+
+def run(options: Options) -> int:
+    args = options
     unread = unread_speculators(args)  # a path whose package or version cannot be read decides nothing below
     if unread is not None:
         return unread
     if serve_plan.wants(args.speculators):  # speculators >= 0.5: the vllm serve path
         return serve_plan.run(args)
-    if getattr(args, "layer_ids", None):
-        print("error: --layer-ids is for the serve path (speculators >= 0.5); the generator takes its ids per call",
-              file=sys.stderr)
-        return report.ENVIRONMENT
+    if args.layer_ids:
+        raise UsageError("--layer-ids is for the serve path (speculators >= 0.5); the generator takes its ids per call")
     try:
         vllm = open_source(args.wheel)
         surface = evaluate(vllm, None, only="vllm")
@@ -128,25 +150,22 @@ def run(args: argparse.Namespace) -> int:
     rules = amx.rules_for(surface.packages.get("vllm"), vllm)
     if rules:  # as apply's JSON says them (compat.apply.plan_said)
         doc["rules"] = rules
-    if not report.wrote_json_file(args.json_file, doc):
-        return report.ENVIRONMENT
-    if args.json:
-        print(json.dumps(doc, indent=2))
-    else:
-        print("\n".join(render(surface, sources, decisions, answer, vllm)))
-    return answer.exit_code
+    lines = () if args.output.json else render(surface, sources, decisions, answer, vllm)
+    return args.output.write(lines, doc) or answer.exit_code
 
 
 def main(argv: list[str] | None = None) -> int:
+    from .cli import run_command
+
     parser = argparse.ArgumentParser(prog="compat plan", description=DESCRIPTION)
     add_arguments(parser)
-    return run(parser.parse_args(argv))
+    return run_command("plan", Options, run, parser.parse_args(argv))
 
 
 # -- pairing ---------------------------------------------------------------------
 
 
-def unread_speculators(args: argparse.Namespace) -> int | None:
+def unread_speculators(args: Options) -> int | None:
     """The exit code when ``--speculators PATH`` cannot be judged, after saying why; None when it can (or is no path).
 
     A path with no speculators package (an empty folder, another project) is bad input: exit 2.  A package whose
@@ -172,10 +191,7 @@ def unread_speculators(args: argparse.Namespace) -> int | None:
                     "(pip wheel --no-deps PATH) and pass the wheel; do not install blind")
     doc = {"schema": 1, "mode": "plan", "paired": {"speculators": f"read from {wanted}"}, "patches": [],
            "answer": str(answer), "exit_code": answer.exit_code}
-    if not report.wrote_json_file(args.json_file, doc):
-        return report.ENVIRONMENT
-    print(json.dumps(doc, indent=2) if args.json else str(answer))
-    return answer.exit_code
+    return args.output.write([str(answer)], doc) or answer.exit_code
 
 
 def _is_path(text: str) -> bool:

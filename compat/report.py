@@ -1,16 +1,12 @@
-"""Reports: a table for people and JSON for CI.
+"""Reports of ``apply`` and ``plan``: the header and the verdict table people read, and the JSON document.
 
 The exit codes (the same for every command) are decided by :mod:`compat.exit_policy`;
-their names are repeated here for the commands that print them.
+their names are repeated here for the commands that print them.  Every command writes
+its lines and document through :class:`compat.output.Output`.
 """
 
 from __future__ import annotations
 
-import json
-import os
-import sys
-import tempfile
-from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
 
 from .exit_policy import ENVIRONMENT, OK, PATCH_PROBLEM, UNSUPPORTED  # noqa: F401  (re-exported names)
@@ -68,57 +64,3 @@ def document(mode: str, surface: "Surface | None", decisions: Sequence[Decision]
         "patches": [d.as_json() for d in decisions],
         **extra,
     }
-
-
-def render(doc: dict) -> str:
-    return json.dumps(doc, indent=2, sort_keys=True) + "\n"
-
-
-def write_json(path: str | None, doc: dict) -> None:
-    if path:
-        Path(path).write_text(render(doc))
-
-
-def wrote_json_file(path: str | None, doc: dict) -> bool:
-    """Write ``doc`` to --json-file when one is given; False (said on stderr, the OS's reason) when it cannot be
-    written, so a plan answers with the environment's exit code rather than a traceback."""
-    if not path:
-        return True
-    try:
-        write_json(path, doc)
-    except OSError as exc:
-        print(f"error: cannot write {path}: {exc}", file=sys.stderr)
-        return False
-    return True
-
-
-def unwritable(path: str | None) -> str | None:
-    """Why ``path`` cannot take the JSON document, or None.  Asked before any change: a run that could
-    not write its report afterwards would have changed files and then failed."""
-    if not path:
-        return None
-    target = Path(path)
-    if target.is_dir():
-        return f"--json-file {path} is a directory"
-    parent = target.parent if str(target.parent) else Path(".")
-    if not parent.is_dir():
-        return f"--json-file {path}: no directory {parent}"
-    if target.exists():
-        return None if os.access(target, os.W_OK) else f"--json-file {path} is not writable"
-    try:
-        fd, probe = tempfile.mkstemp(dir=parent, prefix=".compat-json-probe.")
-        os.close(fd)
-        os.unlink(probe)
-    except OSError as exc:
-        return f"--json-file {path}: cannot write in {parent}: {exc.strerror or exc}"
-    return None
-
-
-def emit(lines: Sequence[str], doc: dict, as_json: bool = False, json_file: str | None = None) -> None:
-    """The shared JSON convention: ``--json`` prints the document instead of the lines; ``--json-file`` adds it."""
-    if as_json:
-        sys.stdout.write(render(doc))
-    else:
-        for line in lines:
-            print(line)
-    write_json(json_file, doc)

@@ -26,6 +26,7 @@ from typing import Any
 
 from . import dists, exit_policy, probe_cache, versions
 from .astkit import Reader
+from .output import Output
 from .probes import PROBES, Reading, Unknown
 from .sources import InstalledSource, Source, SourceError, open_source
 
@@ -230,17 +231,32 @@ def _json_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json-file", metavar="PATH", help="also write the JSON document to PATH")
 
 
-def run(args: argparse.Namespace) -> int:
+@dataclass(frozen=True)
+class Options:
+    """``compat surface``'s command line: what to probe (a build, or the installed packages), or ``diff A B``."""
+
+    build: str | None = None  # --wheel, --sdist or --src
+    diff: tuple[str, str] | None = None
+    output: Output = Output()
+
+    @classmethod
+    def from_args(cls, args) -> "Options":
+        diff = (args.a, args.b) if getattr(args, "action", None) == "diff" else None
+        build = getattr(args, "wheel", None) or getattr(args, "sdist", None) or getattr(args, "src", None)
+        return cls(build, diff, Output.checked(args.json, args.json_file))
+
+
+def run(options: Options) -> int:
     try:
-        if getattr(args, "action", None) == "diff":
-            changes = diff(load(args.a), load(args.b))
+        if options.diff:
+            a, b = options.diff
+            changes = diff(load(a), load(b))
             doc = {k: {"old": _jsonable(o), "new": _jsonable(n)} for k, (o, n) in changes.items()}
-            header = f"{args.a} -> {args.b}: " + (f"{len(changes)} probe(s) changed" if changes else "no probe changed")
+            header = f"{a} -> {b}: " + (f"{len(changes)} probe(s) changed" if changes else "no probe changed")
             text = "\n".join([header] + [f"  {name}: {_change(old, new)}" for name, (old, new) in changes.items()])
         else:
-            path = args.wheel or args.sdist or args.src
-            if path:
-                surface = evaluate(open_source(path), None, only="vllm")
+            if options.build:
+                surface = evaluate(open_source(options.build), None, only="vllm")
             else:
                 found = installed_sources()
                 if found["vllm"][1] is None:
@@ -248,19 +264,18 @@ def run(args: argparse.Namespace) -> int:
                                       "nothing to probe; pass --wheel, --sdist or --src to probe a build")
                 surface = evaluate(*(found[m][1] for m in PACKAGES))
             doc, text = surface.as_json(), render(surface)
-        if args.json_file:
-            Path(args.json_file).write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n")
     except (SourceError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return exit_policy.decide("surface", problems=[exit_policy.Finding("environment", str(exc))]).code
-    print(json.dumps(doc, indent=2) if args.json else text)
-    return exit_policy.decide("surface").code
+    return options.output.write([text], doc) or exit_policy.decide("surface").code
 
 
 def main(argv: list[str] | None = None) -> int:
+    from .cli import run_command
+
     parser = argparse.ArgumentParser(prog="compat surface", description=DESCRIPTION)
     add_arguments(parser)
-    return exit_policy.run(run, parser.parse_args(argv))
+    return run_command("surface", Options, run, parser.parse_args(argv))
 
 
 def _jsonable(value):

@@ -44,7 +44,6 @@ TRANSFORMERS_CHANGES = {
     "transformers.config_torch_annotation": (Version("5.4.0"), "none", "unresolvable"),
     "transformers.prepare_4d_causal_attention_mask": (Version("5.24.0"), "present", "absent"),
 }
-TORCH_ANNOTATION_FROM = TRANSFORMERS_CHANGES["transformers.config_torch_annotation"][0]
 ANNOTATION = "transformers.config_torch_annotation"
 
 

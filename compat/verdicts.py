@@ -18,14 +18,31 @@ from dataclasses import dataclass, replace
 from typing import Iterable, Sequence
 
 from .declaration import Patch
-from .exit_policy import PROBLEM_VERDICTS
+from .exit_policy import PROBLEM_VERDICTS, Word
+
+
+class Verdict(Word):
+    """Every verdict a patch's decision can carry, at every step of the life-cycle."""
+
+    NEEDED = "needed"
+    NOT_NEEDED = "not-needed"
+    KNOWN_LOSS = "known-loss"
+    OUT_OF_RANGE = "out-of-range"
+    UNKNOWN_SURFACE = "unknown-surface"
+    EXCLUDED = "excluded"
+    APPLY = "apply"
+    ALREADY_APPLIED = "already-applied"
+    DRIFTED = "drifted"
+    FAILED = "failed"
+
 
 #: Verdicts of the surface step (registry.judge).
-SURFACE = ("needed", "not-needed", "known-loss", "out-of-range", "unknown-surface")
+SURFACE = (Verdict.NEEDED, Verdict.NOT_NEEDED, Verdict.KNOWN_LOSS, Verdict.OUT_OF_RANGE, Verdict.UNKNOWN_SURFACE)
 #: Verdicts of the file step (what the patcher found for a ``needed`` patch).
-FILES = ("apply", "already-applied", "drifted", "failed")
-VERDICTS = ("apply", "already-applied", "not-needed", "known-loss", "excluded", "out-of-range", "unknown-surface",
-            "drifted", "failed")
+FILES = (Verdict.APPLY, Verdict.ALREADY_APPLIED, Verdict.DRIFTED, Verdict.FAILED)
+#: What a report may show: every verdict but ``needed``, which the file step always turns into another
+VERDICTS = (Verdict.APPLY, Verdict.ALREADY_APPLIED, Verdict.NOT_NEEDED, Verdict.KNOWN_LOSS, Verdict.EXCLUDED,
+            Verdict.OUT_OF_RANGE, Verdict.UNKNOWN_SURFACE, Verdict.DRIFTED, Verdict.FAILED)
 #: known-loss: this generator has the bug and the kit no patch for it; the install works except under the
 #: condition the declaration names (``Patch.known_loss``), which plan and apply print.
 #: A decision left in one of these makes apply write nothing and exit 1.
@@ -39,10 +56,15 @@ class Decision:
     """One patch's verdict at one step of the life-cycle (immutable)."""
 
     patch: Patch
-    verdict: str  # one of SURFACE before the file step, then one of VERDICTS
+    verdict: Verdict  # one of SURFACE before the file step, then one of VERDICTS; a string is made the Verdict
     reason: str
     variant: str | None = None
     on_disk: str | None = None  # one of ON_DISK once the patcher looked (None: the patch has no files here)
+
+    def __post_init__(self):
+        object.__setattr__(self, "verdict", Verdict(self.verdict))  # ValueError on a word no step gives
+        if self.on_disk is not None and self.on_disk not in ON_DISK:
+            raise ValueError(f"{self.patch.id}: on_disk {self.on_disk!r} is not one of {', '.join(ON_DISK)}")
 
     def as_json(self) -> dict:
         return {

@@ -10,11 +10,10 @@ from __future__ import annotations
 import sys
 import time
 
-from compat.checkpoint import hidden_size, is_local, num_layers
 from compat.confirm.compare import invariant_calls
-from compat.shared.arguments import CALLS
 from compat.errors import UsageError
-from compat.shared.options import resolve_common
+from compat.shared.arguments import CALLS
+from compat.shared.options import ConfirmOptions, resolve_common
 
 
 def make_calls(sizes=CALLS, seed: int = 0, vocab: int = 512, longest: int = 400):
@@ -35,39 +34,41 @@ GENERATOR_BUDGET = 96
 
 
 def spec_from_args(args):
-    """The ``RunSpec`` of a command line; UsageError where it cannot be one (nothing run)."""
+    """The ``RunSpec`` of confirm's options (or a parsed command line); UsageError where it cannot be one (nothing
+    run)."""
     from compat.confirm.runner import RunSpec
 
+    args = ConfirmOptions.from_args(args)
     if not args.model:
         raise UsageError("--model PATH is required (or --check REPORT)")
-    if not is_local(args.model):
+    checkpoint = args.checkpoint
+    if checkpoint is None:
         raise UsageError(f"{args.model} is not a local HF checkpoint (no config.json)")
+    if checkpoint.unread or checkpoint.num_layers is None:
+        raise UsageError(f"cannot read layers: {checkpoint.unread or f'{args.model}/config.json gives no num_hidden_layers'}")
+    depth, width = checkpoint.num_layers, checkpoint.hidden_size
     try:
-        depth = num_layers(args.model)
-        width = hidden_size(args.model)
         layers = list(range(depth)) if args.layers == "all" else [int(x) for x in args.layers.split(",")]
-    except (OSError, ValueError, KeyError) as exc:
+    except ValueError as exc:
         raise UsageError(f"cannot read layers: {exc}")
     if not layers or any(not 0 <= k < depth for k in layers):
         raise UsageError(f"layer ids must lie in 0..{depth - 1}, got {args.layers}")
     if len(set(layers)) != len(layers):
         raise UsageError(f"--layers names a layer twice: {args.layers}")
-    problem = resolve_common(args, CALLS, GENERATOR_BUDGET)
-    if problem:
-        raise UsageError(problem)
+    args = resolve_common(args, CALLS, GENERATOR_BUDGET)
     if args.files:
         raise UsageError("--files is the serve path's (--path serve): it checks vllm serve's hidden-states files")
-    if getattr(args, "serve_args", None):
+    if args.serve_args:
         raise UsageError("--serve-arg is the serve path's (--path serve): it passes an argument to vllm serve; the "
                       "generator path starts no server")
-    if getattr(args, "keep_work_dir", False):
+    if args.keep_work_dir:
         raise UsageError("--keep-work-dir is the serve path's (--path serve): it keeps the folder of vllm serve's log and "
                       "files; the generator path makes none (its log is the file --log names)")
     if args.reference == "self":
         raise UsageError("--reference self is the serve path's (--path serve): it rebuilds logits from a served file's "
                       "final row and compares it with the same server's prompt_logprobs; the generator path has "
                       "hf, vllm-extract and none")
-    sizes = args.sizes
+    sizes = list(args.sizes)
     if args.prompts:
         from compat.shared.prompts import PromptsError, calls_from, load_prompts
 
@@ -105,7 +106,8 @@ def spec_from_args(args):
 
 
 def run_generator(args, **hooks) -> int:
-    """A generator-path run of the parsed command line (``hooks``: RunSpec fields to add); its exit code."""
+    """A generator-path run of confirm's options (``hooks``: RunSpec fields to add); its exit code."""
+    args = ConfirmOptions.from_args(args)
     spec = spec_from_args(args)
     from dataclasses import replace
 
@@ -121,12 +123,13 @@ def run_generator(args, **hooks) -> int:
         print(f"confirm: [{time.monotonic() - started:6.1f} s] {text}", file=stream or sys.stderr, flush=True)
 
     largest = max(len(c) for c in spec.calls)
-    memory = size_host_memory(args.model, args.dtype, args.max_model_len, largest, args.gpu_memory_utilization)
+    memory = size_host_memory(args.model, args.dtype, spec.engine["max_model_len"], largest,
+                              args.gpu_memory_utilization)
     log_path = spec.log_path or default_log_path()
     say(f"vLLM's log: {log_path}")
     if memory and memory.get("source", "").startswith("sized"):
         say(f"host memory: VLLM_CPU_KVCACHE_SPACE={memory['VLLM_CPU_KVCACHE_SPACE']} GiB ({memory['source']})")
-    spec = replace(spec, log_path=log_path, progress=say, report=Report(json=args.json, json_file=args.json_file),
+    spec = replace(spec, log_path=log_path, progress=say, report=Report(args.output),
                    extra={**spec.extra, **({"host_memory": memory} if memory else {})}, **hooks)
     try:
         return run_spec(spec)["exit_code"]

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
-import json
 import platform
 import sys
 import threading
@@ -34,6 +33,7 @@ from pathlib import Path
 from compat.shared.tolerance import choose
 from compat.layout import GENERATOR, SPECULATORS_CONFIG, WORKER
 from compat.exit_policy import ENVIRONMENT, INCOMPLETE, OK, PATCH_PROBLEM, VERDICT_CODES
+from compat.output import Output
 from compat.shared.report_file import ReportError, is_serve_report, load_json  # noqa: F401 (ReportError re-exported)
 
 #: The packages whose versions a report records (distribution names tried in order).
@@ -142,25 +142,16 @@ def device_names() -> dict:
 class Report:
     """Print and write the one report of a run, whichever thread gets there first (the other waits for exit)."""
 
-    def __init__(self, json: bool = False, json_file: str | None = None):
-        self.json, self.json_file, self.once = json, json_file, threading.Lock()
+    def __init__(self, output: Output = Output()):
+        self.output, self.once = output, threading.Lock()
 
     def emit(self, doc: dict) -> int:
         self.once.acquire()  # never released: a second report would contradict the first
-        if self.json:
-            print(json.dumps(doc, indent=2, default=str), flush=True)
-        else:
-            print("\n".join(render(doc)), flush=True)
-        if doc.get("error") and self.json:  # the table says it already
+        failed = self.output.write(render(doc) if not self.output.json else (), doc, stderr_prefix="confirm")
+        if doc.get("error") and self.output.json:  # the table says it already
             print(f"confirm: ERROR at {doc['stage']}: {doc['error']['message'][:300]} (exit {PATCH_PROBLEM})",
                   file=sys.stderr, flush=True)
-        if self.json_file:
-            try:
-                Path(self.json_file).write_text(json.dumps(doc, indent=2, default=str))
-            except OSError as exc:
-                print(f"confirm: cannot write {self.json_file}: {exc}", file=sys.stderr, flush=True)
-                return ENVIRONMENT
-        return exit_code(doc)
+        return failed or exit_code(doc)
 
 
 def exit_code(doc: dict) -> int:
@@ -306,13 +297,13 @@ def read_report(path: str, doc=None) -> dict:
     return doc
 
 
-def check(path: str, now: dict | None = None, out=None, accept_weaker: bool = False) -> int:
+def check(path: str, now: dict | None = None, out=None, accept_weaker: bool = False, doc: dict | None = None) -> int:
     """``--check REPORT`` of an old-path report: 0 same surface and a full-strength OK report, 1 differs / not OK /
     weaker, 2 unreadable (a serve report too: ``compat confirm --check`` hands those to compat.serve.check); never
     changes anything."""
     out = out or sys.stdout
     try:
-        doc = read_report(path)
+        doc = read_report(path, doc)  # ``doc``: the report as compat confirm already read it
         now = now if now is not None else confirmed_block()
     except ReportError as exc:
         print(f"confirm --check: {exc}; nothing was checked", file=sys.stderr)

@@ -5,13 +5,14 @@ from __future__ import annotations
 import ast
 
 from ..astkit import Reader
-from .base import Reading, Unknown, probe
+from .base import Reading, Unknown, names_joined, probe
 
 CPU_WORKER = "vllm/v1/worker/cpu_worker.py"
 CHECK = "check_preloaded_libs"
 
 
-@probe("platform.cpu_preload_required")
+@probe("platform.cpu_preload_required",
+       values=names_joined("library names joined by commas", fixed=("none",)))
 def cpu_preload_required(reader: Reader):
     """Libraries vLLM's CPU worker refuses to start without in LD_PRELOAD (comma-separated), or none."""
     tree = reader.module(CPU_WORKER)
@@ -32,7 +33,7 @@ PLATFORMS = "vllm/platforms/__init__.py"
 MATCHER = "vllm_version_matches_substr"
 
 
-@probe("platform.cpu_detected_through")
+@probe("platform.cpu_detected_through", values=names_joined("distribution names joined by commas"))
 def cpu_detected_through(reader: Reader):
     """The distribution names whose version vLLM reads to detect a CPU build (comma-separated), in order."""
     tree = reader.module(PLATFORMS)

@@ -36,7 +36,7 @@ def _field_default(tree: ast.Module, cls_name: str, name: str):
     return None
 
 
-@probe("kv_cache.extensible")
+@probe("kv_cache.extensible", values=("absent", "on-by-default", "off-by-default"))
 def extensible_kv_cache(reader: Reader):
     """absent / on-by-default / off-by-default: the extensible KV cache, whose worker builds the KV connector and
     backs the cache's blocks in extend_kv_cache, after warm-up."""

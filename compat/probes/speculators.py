@@ -45,7 +45,7 @@ def _structure(reader: Reader) -> str | None:
     return None
 
 
-@probe("speculators.generator", package="speculators")
+@probe("speculators.generator", package="speculators", values=("absent", *KNOWN))
 def speculators_generator(reader: Reader):
     """Installed VllmHiddenStatesGenerator variant: 0.3.0 / 0.4.x / absent."""
     generator, worker = reader.text(GENERATOR), reader.text(WORKER)

@@ -18,7 +18,7 @@ def _imports_torch_at_runtime(tree: ast.Module) -> bool:
     return False
 
 
-@probe("transformers.config_torch_annotation", package="transformers")
+@probe("transformers.config_torch_annotation", package="transformers", values=("none", "resolvable", "unresolvable"))
 def config_torch_annotation(reader: Reader):
     """Does PreTrainedConfig annotate a class field with torch.* while importing torch only for type checking?"""
     if reader.module(CONFIG_UTILS) is None:
@@ -43,7 +43,7 @@ def config_torch_annotation(reader: Reader):
 ATTN_MASK_UTILS = "transformers/modeling_attn_mask_utils.py"
 
 
-@probe("transformers.prepare_4d_causal_attention_mask", package="transformers")
+@probe("transformers.prepare_4d_causal_attention_mask", package="transformers", values=("absent", "present"))
 def prepare_4d_causal_attention_mask(reader: Reader):
     """Can speculators import _prepare_4d_causal_attention_mask from transformers.modeling_attn_mask_utils? present / absent."""
     if reader.module(CONFIG_UTILS) is None:

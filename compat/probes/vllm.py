@@ -11,10 +11,11 @@ decorator), returns :class:`Unknown`, never a guess.
 from __future__ import annotations
 
 import ast
+import itertools
 
 from .. import astkit
 from ..astkit import NotLiteral, Reader
-from .base import Reading, Unknown, probe
+from .base import ARGUMENT_KINDS, MODULE_PATH, OpenValues, Reading, Unknown, matching, module_path, probe
 
 REQUEST = "vllm/v1/request.py"
 SCHEDULER = "vllm/v1/core/sched/scheduler.py"
@@ -32,6 +33,25 @@ INTERFACES = "vllm/model_executor/models/interfaces.py"
 KV_FUNCTIONS = ("get_kv_cache_config", "get_kv_cache_configs", "get_kv_cache_config_from_groups")
 #: where the KV planning functions live or are imported from by their caller
 KV_LOOKUP = (KV_PLANNING, KV_UTILS, ENGINE_CORE)
+#: the embedding methods LlamaModel may have, newest first (``model.input_embeddings``)
+EMBEDDINGS = ("embed_input_ids", "get_input_embeddings")
+#: SupportsEagle3's default-layer getter, newest name first (``model.eagle3_aux_layers``)
+EAGLE3_GETTERS = ("get_eagle3_default_aux_hidden_state_layers", "get_eagle3_aux_hidden_state_layers")
+
+#: :func:`_field_default`: a literal default as the string itself, else its repr (``None``, ``True``), or absent
+FIELD_DEFAULT = OpenValues("a field default's literal (a string as itself, else its repr)",
+                           lambda value: isinstance(value, str), ("absent",))
+#: the same, its None read as VllmConfig's auto-on
+ASYNC_SCHEDULING_DEFAULT = OpenValues("a field default's literal other than None (a string as itself, else its repr)",
+                                      lambda value: isinstance(value, str) and value != "None",
+                                      ("absent", "None->auto-on"))
+#: ``kv_cache.functions``: the KV planning functions that exist, joined in KV_FUNCTIONS' order (never none)
+KV_FUNCTION_SETS = tuple(",".join(names) for size in range(1, len(KV_FUNCTIONS) + 1)
+                         for names in itertools.combinations(KV_FUNCTIONS, size))
+#: ``kv_cache.module``: where the planning functions are found (a home the lookup followed), and whether
+#: kv_cache_utils re-exports them from there
+KV_MODULE = matching("a dotted module path, with ' (re-exported)' where kv_cache_utils re-exports from it",
+                     MODULE_PATH + r"( \(re-exported\))?")
 
 
 def _module_name(relpath: str) -> str:
@@ -156,25 +176,25 @@ def _initvar_requirement(reader: Reader, name: str):
 # -- Request ---------------------------------------------------------------
 
 
-@probe("request.block_hasher")
+@probe("request.block_hasher", values=ARGUMENT_KINDS)
 def request_block_hasher(reader: Reader):
     """Request.__init__(block_hasher=): absent / optional / required."""
     return _init_argument(reader, REQUEST, "Request", "block_hasher")
 
 
-@probe("request.eos_token_id")
+@probe("request.eos_token_id", values=ARGUMENT_KINDS)
 def request_eos_token_id(reader: Reader):
     """Request.__init__(eos_token_id=): gone in 0.17.0 (EOS moved to SamplingParams)."""
     return _init_argument(reader, REQUEST, "Request", "eos_token_id")
 
 
-@probe("request.structured_output_request")
+@probe("request.structured_output_request", values=ARGUMENT_KINDS)
 def request_structured_output_request(reader: Reader):
     """Request.__init__(structured_output_request=): gone in 0.11.1."""
     return _init_argument(reader, REQUEST, "Request", "structured_output_request")
 
 
-@probe("request.pooling_params")
+@probe("request.pooling_params", values=ARGUMENT_KINDS)
 def request_pooling_params(reader: Reader):
     """Request.__init__(pooling_params=): required or optional."""
     return _init_argument(reader, REQUEST, "Request", "pooling_params")
@@ -183,13 +203,13 @@ def request_pooling_params(reader: Reader):
 # -- Scheduler ---------------------------------------------------------------
 
 
-@probe("scheduler.block_size")
+@probe("scheduler.block_size", values=ARGUMENT_KINDS)
 def scheduler_block_size(reader: Reader):
     """Scheduler.__init__(block_size=): required since 0.11.1."""
     return _init_argument(reader, SCHEDULER, "Scheduler", "block_size")
 
 
-@probe("scheduler.hash_block_size")
+@probe("scheduler.hash_block_size", values=ARGUMENT_KINDS)
 def scheduler_hash_block_size(reader: Reader):
     """Scheduler.__init__(hash_block_size=): added in 0.20.0."""
     return _init_argument(reader, SCHEDULER, "Scheduler", "hash_block_size")
@@ -207,7 +227,7 @@ def _tests_chunked_prefill_off(test: ast.AST) -> bool:
                for part in parts)
 
 
-@probe("scheduler.prompt_over_budget_without_chunking")
+@probe("scheduler.prompt_over_budget_without_chunking", values=("skipped", "stops"))
 def scheduler_prompt_over_budget(reader: Reader):
     """A waiting prompt larger than the step's token budget, chunking off: skipped (0.11) or stops the step (0.12+)."""
     found = _method(reader, SCHEDULER, "Scheduler", "schedule")
@@ -234,19 +254,19 @@ def scheduler_prompt_over_budget(reader: Reader):
     return Reading(verdicts.pop(), relpath, line)
 
 
-@probe("scheduler_config.max_model_len")
+@probe("scheduler_config.max_model_len", values=ARGUMENT_KINDS)
 def scheduler_config_max_model_len(reader: Reader):
     """SchedulerConfig max_model_len: required InitVar since 0.12.0."""
     return _initvar_requirement(reader, "max_model_len")
 
 
-@probe("scheduler_config.is_encoder_decoder")
+@probe("scheduler_config.is_encoder_decoder", values=ARGUMENT_KINDS)
 def scheduler_config_is_encoder_decoder(reader: Reader):
     """SchedulerConfig is_encoder_decoder: required InitVar since 0.12.0."""
     return _initvar_requirement(reader, "is_encoder_decoder")
 
 
-@probe("scheduler_config.async_scheduling_default")
+@probe("scheduler_config.async_scheduling_default", values=ASYNC_SCHEDULING_DEFAULT)
 def scheduler_config_async_scheduling(reader: Reader):
     """SchedulerConfig.async_scheduling default: absent / False / None->auto-on."""
     result = _field_default(reader, SCHEDULER_CONFIG, "SchedulerConfig", "async_scheduling")
@@ -255,19 +275,19 @@ def scheduler_config_async_scheduling(reader: Reader):
     return result
 
 
-@probe("scheduler_config.chunked_prefill_default")
+@probe("scheduler_config.chunked_prefill_default", values=FIELD_DEFAULT)
 def scheduler_config_chunked_prefill(reader: Reader):
     """SchedulerConfig.enable_chunked_prefill default: None (off when built directly, <= 0.11.0) / True (0.11.1+)."""
     return _field_default(reader, SCHEDULER_CONFIG, "SchedulerConfig", "enable_chunked_prefill")
 
 
-@probe("cache_config.enable_prefix_caching_default")
+@probe("cache_config.enable_prefix_caching_default", values=FIELD_DEFAULT)
 def cache_config_prefix_caching(reader: Reader):
     """CacheConfig.enable_prefix_caching default (True from 0.12.0)."""
     return _field_default(reader, CACHE_CONFIG, "CacheConfig", "enable_prefix_caching")
 
 
-@probe("cache_config.kv_cache_layout_resolution")
+@probe("cache_config.kv_cache_layout_resolution", values=("none", "required"))
 def cache_config_kv_cache_layout(reader: Reader):
     """Must the KV cache layout be resolved before initialize_from_config? none / required."""
     found = _method(reader, CACHE_CONFIG, "CacheConfig", "get_resolved_kv_cache_layout")
@@ -326,7 +346,7 @@ def _kv_definitions(reader: Reader):
     return found
 
 
-@probe("kv_cache.functions")
+@probe("kv_cache.functions", values=KV_FUNCTION_SETS)
 def kv_cache_functions(reader: Reader):
     """Which of get_kv_cache_config / _configs / _config_from_groups exist."""
     found = _kv_definitions(reader)
@@ -336,7 +356,7 @@ def kv_cache_functions(reader: Reader):
     return Reading(",".join(n for n in KV_FUNCTIONS if n in found), min(homes), None)
 
 
-@probe("kv_cache.module")
+@probe("kv_cache.module", values=KV_MODULE)
 def kv_cache_module(reader: Reader):
     """Module defining the KV planning functions, and whether kv_cache_utils re-exports them."""
     found = _kv_definitions(reader)
@@ -369,19 +389,19 @@ def _kv_function_argument(reader: Reader, function: str, arg: str):
     return Reading(astkit.argument_kind(fn, arg), relpath, fn.lineno)
 
 
-@probe("kv_cache.from_groups.kv_cache_specs")
+@probe("kv_cache.from_groups.kv_cache_specs", values=("no-function", *ARGUMENT_KINDS))
 def kv_cache_from_groups_specs(reader: Reader):
     """get_kv_cache_config_from_groups(kv_cache_specs=): required until 0.12.0, then absent."""
     return _kv_function_argument(reader, "get_kv_cache_config_from_groups", "kv_cache_specs")
 
 
-@probe("kv_cache.configs.global_kv_cache_groups")
+@probe("kv_cache.configs.global_kv_cache_groups", values=("no-function", *ARGUMENT_KINDS))
 def kv_cache_configs_global_groups(reader: Reader):
     """get_kv_cache_configs(global_kv_cache_groups=): required from 0.33.0."""
     return _kv_function_argument(reader, "get_kv_cache_configs", "global_kv_cache_groups")
 
 
-@probe("kv_cache.block_hasher_first_param")
+@probe("kv_cache.block_hasher_first_param", values=matching("a parameter name", r"[A-Za-z_]\w*", ("absent",)))
 def kv_cache_block_hasher_param(reader: Reader):
     """Name of get_request_block_hasher's first parameter (renamed hash_block_size in 0.24)."""
     if reader.module(KV_UTILS) is None:
@@ -402,7 +422,7 @@ def kv_cache_block_hasher_param(reader: Reader):
     return Reading("absent", KV_UTILS, None)
 
 
-@probe("hashing.get_hash_fn_by_name")
+@probe("hashing.get_hash_fn_by_name", values=module_path(("absent",)))
 def hashing_module(reader: Reader):
     """Module that defines get_hash_fn_by_name (vllm.utils.hashing since 0.11.1)."""
     seen = [p for p in HASH_FILES if reader.module(p) is not None]
@@ -503,7 +523,7 @@ def _called_helpers(reader: Reader, relpath: str, chain, fn: ast.AST):
                 yield hit[2]
 
 
-@probe("executor.collective_rpc.unique_reply_rank")
+@probe("executor.collective_rpc.unique_reply_rank", values=("absent", "list", "single"))
 def executor_unique_reply_rank(reader: Reader):
     """MultiprocExecutor.collective_rpc(unique_reply_rank=): absent / list / single."""
     chain = _chain(reader, EXECUTOR, "MultiprocExecutor")
@@ -526,7 +546,7 @@ def executor_unique_reply_rank(reader: Reader):
     return Unknown("collective_rpc shapes its reply in code this probe cannot read exactly")
 
 
-@probe("runner.sample_tokens_split")
+@probe("runner.sample_tokens_split", values=(False, True))
 def runner_sample_tokens(reader: Reader):
     """Does GPUModelRunner split execute_model from sample_tokens (0.11.1+)?  Where V1 is removed (0.34) the runner
     the executor drives is Model Runner V2's (vllm/v1/worker/gpu/model_runner.py), read instead."""
@@ -545,10 +565,10 @@ def runner_sample_tokens(reader: Reader):
 # -- models ---------------------------------------------------------------------
 
 
-@probe("model.input_embeddings")
+@probe("model.input_embeddings", values=EMBEDDINGS)
 def model_input_embeddings(reader: Reader):
     """LlamaModel embeds with embed_input_ids (0.11.1+) or get_input_embeddings."""
-    for name in ("embed_input_ids", "get_input_embeddings"):
+    for name in EMBEDDINGS:
         found = _method(reader, LLAMA, "LlamaModel", name)
         if isinstance(found, Unknown):
             return found
@@ -557,7 +577,7 @@ def model_input_embeddings(reader: Reader):
     return Unknown("LlamaModel has neither embed_input_ids nor get_input_embeddings")
 
 
-@probe("model.eagle3_aux_layers")
+@probe("model.eagle3_aux_layers", values=("absent", *EAGLE3_GETTERS))
 def model_eagle3_aux_layers(reader: Reader):
     """SupportsEagle3 default-layer getter name (renamed in 0.18.0)."""
     if reader.module(INTERFACES) is None:
@@ -569,7 +589,7 @@ def model_eagle3_aux_layers(reader: Reader):
         if reader.module(LLAMA) is not None and _mentions(reader.module(LLAMA), ("SupportsEagle3",)):
             return Unknown("SupportsEagle3 is used by llama.py but its definition was not found")
         return Reading("absent", INTERFACES, None)
-    for name in ("get_eagle3_default_aux_hidden_state_layers", "get_eagle3_aux_hidden_state_layers"):
+    for name in EAGLE3_GETTERS:
         hit = chain.method(name)
         if hit is not None:
             return Reading(name, hit[0], hit[2].lineno)

@@ -22,22 +22,17 @@ def default_calls(vocab: int, budget: int, seed: int = 0) -> list[list[list[int]
 
 
 def main(argv=None) -> int:
-    from compat.errors import UsageError
+    from compat.cli import run_command
+    from compat.confirm_command import run
     from compat.shared.arguments import add_arguments
-    from compat.shared.options import said
-
-    from .options import confirm_serve
+    from compat.shared.options import ConfirmOptions
 
     parser = argparse.ArgumentParser(prog="python -m compat.serve", description=__doc__.splitlines()[0])
     add_arguments(parser)
     parser.add_argument("--vocab", type=int, default=512, help="prompt token ids are drawn from 4..VOCAB-1")
     parser.add_argument("--work-dir", help="server log, files and client logs (default: a new temp dir)")
-    args = parser.parse_args(argv)
-    args.path = "serve"
-    try:
-        return confirm_serve(args, work_dir=args.work_dir, vocab=args.vocab)
-    except UsageError as problem:
-        return said(problem)
+    return run_command("confirm", ConfirmOptions, lambda options: run(options.replace(path="serve")),
+                       parser.parse_args(argv))
 
 
 if __name__ == "__main__":

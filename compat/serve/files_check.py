@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from compat.checkpoint import num_layers
 from compat.errors import UsageError
-from compat.exit_policy import VERDICT_CODES
+from compat.exit_policy import ENVIRONMENT, VERDICT_CODES
+from compat.shared.options import ConfirmOptions
 
 from .files import manifest_or_usage, read_folder
 from .identity import describe, from_files
@@ -18,7 +18,7 @@ from .runner import ServeResult, check_files, emit
 from .spec import ServeSpec
 
 
-def validate(args) -> int:
+def validate(args: ConfirmOptions) -> int:
     """``compat confirm --path serve --files DIR``: 0 OK, 1 WRONG, 4 INCOMPLETE; bad input raises UsageError (nothing
     written).  The
     report's ``confirmed`` is what the model and the folder's manifest say (compat.serve.identity.from_files)."""
@@ -30,7 +30,11 @@ def validate(args) -> int:
     files = read_folder(folder)
     if not files:
         raise UsageError(f"--files {folder}: no hs_<n>.safetensors there")
-    manifest = manifest_or_usage(folder, args, num_layers(args.model))
+    depth = args.checkpoint.num_layers if args.checkpoint else None
+    if depth is None:
+        raise UsageError(f"--files needs --model, a readable local HF checkpoint with num_hidden_layers "
+                         f"({args.checkpoint.unread if args.checkpoint else args.model})")
+    manifest = manifest_or_usage(folder, args, depth)
     if isinstance(manifest, str):
         raise UsageError(manifest)
     try:
@@ -45,7 +49,7 @@ def validate(args) -> int:
                "twin": "needs the server (each prompt served alone)"} if args.reference == "self" else {}
     doc = {**result.as_dict(), "not_run": not_run, "manifest": manifest.as_json(), "files": str(folder),
            "confirmed": from_files(args.model, manifest)}
-    code = emit(result, doc, args, "every file passes the checks that need no server",
+    code = emit(result, doc, args.output, "every file passes the checks that need no server",
                 [f"  {name:16} not run: {why}" for name, why in not_run.items()]
                 + [f"  confirmed: {describe(doc['confirmed'])}"])
-    return VERDICT_CODES.get(result.verdict, code)
+    return code if code == ENVIRONMENT else VERDICT_CODES.get(result.verdict, code)

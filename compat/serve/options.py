@@ -39,14 +39,12 @@ import sys
 import tempfile
 from pathlib import Path
 
-from compat import checkpoint
+from compat.checkpoint import Checkpoint
 from compat.errors import UsageError
-from compat.shared.options import resolve_common
+from compat.exit_policy import INTERRUPTED  # noqa: F401  (a run stopped by Ctrl-C: 128 + SIGINT, as a shell says)
+from compat.shared.options import ConfirmOptions, resolve_common
 
 from . import amx_mla, identity
-
-#: the exit code of a run stopped by Ctrl-C: 128 + SIGINT, what a shell reports for a process SIGINT ended
-INTERRUPTED = 130
 
 #: serve's defaults where the generator's differ: two client runs (11 prompts, then 33 with a long one and a repeat)
 CALLS = (11, 33)
@@ -85,8 +83,8 @@ KIT_OWNED = ("--host", "--port", "--speculative-config", "--speculative_config",
              "--kv_transfer_config", "--model")
 
 
-def _refusal(args) -> str:
-    for arg in getattr(args, "serve_args", None) or ():
+def _refusal(args: ConfirmOptions) -> str:
+    for arg in args.serve_args:
         if arg.split("=", 1)[0] in KIT_OWNED:
             return (f"--serve-arg {arg}: the kit sets {arg.split('=', 1)[0]} itself (its client, the extraction and "
                     "the files depend on it)")
@@ -137,13 +135,15 @@ def spec_from_args(args, work_dir=None, vocab: int = 512, flags=()):
 
     from .spec import ServeSpec
 
+    args = ConfirmOptions.from_args(args)
     if not args.model:
         raise UsageError("--model PATH is required (or --check REPORT)")
-    if not checkpoint.is_local(args.model):
+    if args.checkpoint is None:
         raise UsageError(f"{args.model} is not a local HF checkpoint (no config.json)")
-    problem = _refusal(args) or resolve_common(args, CALLS, BUDGET)
+    problem = _refusal(args)
     if problem:
         raise UsageError(problem)
+    args = resolve_common(args, CALLS, BUDGET)
     longest = args.max_model_len - 1
     if args.prompts:
         from compat.shared.prompts import PromptsError, calls_from, load_prompts
@@ -162,12 +162,14 @@ def spec_from_args(args, work_dir=None, vocab: int = 512, flags=()):
             from .recompute import self_ids
             from .spec import default_layer_ids
 
-            depth = checkpoint.num_layers(args.model)
+            depth = args.checkpoint.num_layers
+            if depth is None:
+                raise ValueError(args.checkpoint.unread or f"{args.model}/config.json gives no num_hidden_layers")
             asked = layers if layers is not None else default_layer_ids(depth)
             layers = self_ids(asked, depth)
         # the plan's arguments, then the user's own (--serve-arg): both reach the server, the two FLAG_FIELDS as fields
-        wanted = [arg for rule in flags for arg in rule.args] + list(getattr(args, "serve_args", ()) or ())
-        unchunked = cpu_mla(args.model)
+        wanted = [arg for rule in flags for arg in rule.args] + list(args.serve_args)
+        unchunked = cpu_mla(args.checkpoint)
         # without chunked prefill vLLM schedules no prompt over the budget: a whole prompt's budget, as for MLA
         whole = unchunked or "--no-enable-chunked-prefill" in wanted
         budget = max(args.max_batched_tokens, args.max_model_len) if whole else args.max_batched_tokens
@@ -224,7 +226,7 @@ def options_of(spec, args, flags=()) -> dict:
             "prompts": args.prompts or "generated", "calls": [len(c) for c in spec.calls],
             "trust_remote_code": spec.trust_remote_code,
             "plan_flags": [arg for rule in flags for arg in rule.args],
-            "serve_args": list(getattr(args, "serve_args", ()) or ()),
+            "serve_args": list(args.serve_args),
             "attention_backend": amx_mla.FLAG[1] if amx_mla.reason(spec) else None}
 
 
@@ -283,17 +285,18 @@ def confirm_serve(args, work_dir=None, vocab: int = 512) -> int:
     """Run the serve path's confirm for confirm's parsed options: 0 OK, 1 WRONG or ERROR, 2 refused (an install
     that cannot serve), 4 INCOMPLETE, 130 interrupted (Ctrl-C: the server stopped, the work folder removed, one line
     said); bad options raise UsageError, nothing started."""
-    folder = RunFolder(work_dir, keep=bool(getattr(args, "keep_work_dir", False)))
+    args = ConfirmOptions.from_args(args)
+    folder = RunFolder(work_dir, keep=args.keep_work_dir)
     try:
         return _confirm_serve(args, folder, vocab)
     except KeyboardInterrupt:
         return folder.interrupted()
 
 
-def _confirm_serve(args, folder: RunFolder, vocab: int) -> int:
+def _confirm_serve(args: ConfirmOptions, folder: RunFolder, vocab: int) -> int:
     from .runner import emit, run
 
-    if getattr(args, "files", None):
+    if args.files:
         return _files(args)
     from compat import install_checks
 
@@ -308,7 +311,6 @@ def _confirm_serve(args, folder: RunFolder, vocab: int) -> int:
         print(f"note: compat plan could not decide a rule on this install: {rule.text}", flush=True)
     try:
         spec = spec_from_args(args, folder.make(), vocab, flags)
-        refuse_unwritable(args.json_file)
     except UsageError:
         folder.remove()
         raise
@@ -316,33 +318,22 @@ def _confirm_serve(args, folder: RunFolder, vocab: int) -> int:
     doc = {**result.as_dict(), "options": options_of(spec, args, flags),
            "confirmed": identity.confirmed(spec, server_log(spec))}
     doc["work_dir"] = folder.settle(result.verdict)
-    code = emit(result, doc, args, "every file equals the references", _tail_lines(doc, spec))
+    code = emit(result, doc, args.output, "every file equals the references", _tail_lines(doc, spec))
     return exit_code(result.verdict, code)
 
 
-def _files(args) -> int:
+def _files(args: ConfirmOptions) -> int:
     """``--files DIR``: the user's files, no server and no work folder (so --keep-work-dir means nothing: refused)."""
-    if getattr(args, "serve_args", None):
+    if args.serve_args:
         raise UsageError("--serve-arg passes an argument to the server a run starts; --files DIR starts no server")
-    if getattr(args, "keep_work_dir", False):
+    if args.keep_work_dir:
         raise UsageError("--keep-work-dir keeps the folder a server run makes; --files DIR starts no server and makes no "
                       "folder (DIR is yours and is never removed)")
-    if not args.model or not checkpoint.is_local(args.model):
+    if not args.model or args.checkpoint is None:
         raise UsageError(f"--files needs --model, a local HF checkpoint (got {args.model!r})")
     from .files_check import validate
 
     return validate(args)
-
-
-def refuse_unwritable(json_file) -> None:
-    """UsageError where --json-file cannot be written: found before a server runs for minutes."""
-    if not json_file:
-        return
-    try:
-        with open(json_file, "a"):
-            pass
-    except OSError as exc:
-        raise UsageError(f"cannot write --json-file {json_file}: {exc}") from None
 
 
 def server_log(spec) -> str:
@@ -370,8 +361,10 @@ def _tail_lines(doc: dict, spec) -> list[str]:
 def exit_code(verdict: str, emitted: int) -> int:
     """The serve path's code for ``verdict`` (compat.exit_policy.VERDICT_CODES: INCOMPLETE is 4, not WRONG's 1);
     what ``emit`` returned for a verdict the table does not know."""
-    from compat.exit_policy import VERDICT_CODES
+    from compat.exit_policy import ENVIRONMENT, VERDICT_CODES
 
+    if emitted == ENVIRONMENT:  # the report could not be written: said, and that is the exit code
+        return emitted
     return VERDICT_CODES.get(verdict, emitted)
 
 
@@ -383,7 +376,7 @@ def served_device() -> str:
     return "cpu" if cpu_build() else "cuda"
 
 
-def cpu_mla(model: str) -> str:
+def cpu_mla(model: "str | Checkpoint") -> str:
     """Why the server must run unchunked here ('' where it need not): an MLA model on vLLM's CPU platform.
 
     vllm/platforms/cpu.py turns chunked prefill and the prefix cache off for MLA ("forcing chunked prefill and
@@ -394,10 +387,10 @@ def cpu_mla(model: str) -> str:
     """
     import os
 
-    try:
-        text = checkpoint.text_config(checkpoint.read_config(model))
-    except (OSError, ValueError):
+    read = model if isinstance(model, Checkpoint) else Checkpoint.read(model)
+    if read.unread:
         return ""  # ServeSpec says what is wrong with the checkpoint
+    text = read.text
     if "kv_lora_rank" not in text or os.environ.get("VLLM_MLA_DISABLE") == "1" or served_device() != "cpu":
         return ""
     return ("an MLA model on vLLM's CPU platform: vLLM runs it without chunked prefill or a prefix cache and never "

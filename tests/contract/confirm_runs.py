@@ -201,7 +201,7 @@ def _busy_run(settings, out_dir: Path, reference, layers) -> dict:
         # prints and writes the dead worker's document, then ends the process
         out = confirm_api.run_generator(module, settings.model, confirm_api.make_calls((1,)), reference, layers,
                                         settings.max_batched, after=after, log_path=log, death_grace_s=2.0,
-                                        report=confirm_api.Report(json=False, json_file=doc_path),
+                                        report=confirm_api.Report(confirm_api.Output(json_file=doc_path)),
                                         engine=settings.gpu_share_engine())
         print("RETURNED", json.dumps(out.get("error"), default=str))
         return 3

@@ -23,9 +23,9 @@ def refused(call) -> int:
     """A usage problem raised where it is found, and the exit code the command line turns it into (said once)."""
     with pytest.raises(UsageError) as raised:
         call()
-    from compat.shared.options import said
+    from compat.errors import said
 
-    return said(raised.value)
+    return said(raised.value, "confirm")
 
 
 def _args(tmp_path, *more: str, path: str = "serve", layers: str = "1,2,3,4"):

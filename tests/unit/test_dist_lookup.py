@@ -1,7 +1,7 @@
 """What finding a distribution reads: by name, never every installed distribution's METADATA.
 
-``compat apply --dry-run`` spent 0.46 s in ``install_checks.torch_extras``, which parsed the METADATA of all 669
-installed distributions to find three names, and 0.30 s in ``dists.locate``.  These tests hold the cheaper reading
+``compat apply --dry-run`` spent 0.46 s finding torch's companions (``install_checks``), which parsed the METADATA
+of all 669 installed distributions to find three names, and 0.30 s in ``dists.locate``.  These tests hold the cheaper reading
 and what it must still say: ``importlib.metadata.distributions()`` is never called, a METADATA is read only for the
 distributions named (or the one owning the imported copy), each RECORD is read once per process while unchanged, a
 second dist-info of ANY name claiming the imported copy is still refused, and a METADATA that cannot be read is

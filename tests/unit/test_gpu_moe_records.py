@@ -28,7 +28,7 @@ def test_a_tie_bound_below_the_measured_margins_calls_the_natural_run_wrong():
     assert rejudge_routing(records["ds_int4_hf"], 1e-5)[0] == "WRONG"
 
 
-def test_the_issue_28_page_is_generated_from_its_records():
+def test_the_moe_page_is_generated_from_its_records():
     from ci.gpu import moe_page
 
     assert moe_page.main(["--check"]) == 0, "docs/gpu/moe/README.md is stale: python -m ci.gpu.moe_page"

@@ -213,7 +213,7 @@ def test_the_time_and_disk_next_to_the_two_commands_are_the_records():
         f"pinned lane {disk['pinned']:g} GB", f"seed lane {disk['seed']:g} GB", f"({disk['seed_cuda_libraries']:g} GB",
         f"the {record['download']['unit_wheels_gb']:g} GB of real",
         f"measured {record['measured']}, load {record['load']}",
-        f"(issue 31's trial, load {record['shared']['load']}) the same took {record['shared']['demo_cold_minutes']:g} "
+        f"(a newcomer's trial, load {record['shared']['load']}) the same took {record['shared']['demo_cold_minutes']:g} "
         f"and {record['shared']['test_after_demo_minutes']:g} min",
     }
     missing = [e for e in expected if e not in paragraph]

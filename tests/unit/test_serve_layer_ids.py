@@ -200,13 +200,7 @@ def test_unsorted_unique_ids_are_taken_and_compared_in_ascending_order(tmp_path)
 
 
 def test_compat_confirm_path_serve_refuses_them_too(tmp_path, capsys):
-    import argparse
+    from compat.confirm_command import main as confirm_main
 
-    from compat.confirm_command import run as confirm_run
-    from compat.shared.arguments import add_arguments
-
-    parser = argparse.ArgumentParser()
-    add_arguments(parser)
-    args = parser.parse_args(["--path", "serve", "--model", _model(tmp_path, 5)])  # default [2, 2, 2, 5]
-    assert confirm_run(args) == 2
+    assert confirm_main(["--path", "serve", "--model", _model(tmp_path, 5)]) == 2  # default [2, 2, 2, 5]
     assert "speculators' default" in capsys.readouterr().err

@@ -86,7 +86,9 @@ def _plan(vllm_wheel, capsys) -> dict:
 
     args = SimpleNamespace(wheel=str(vllm_wheel), speculators=str(wheel("speculators==0.9.0")), json=True,
                            json_file=None, layer_ids=None, require_proven=False)
-    code = serve_plan.run(args)
+    from compat.plan import Options
+
+    code = serve_plan.run(Options.from_args(args))
     doc = json.loads(capsys.readouterr().out)
     assert doc["exit_code"] == code
     return doc

@@ -16,7 +16,7 @@ import functools
 
 from compat import astkit
 from compat.astkit import Reader
-from compat.probes.base import Reading, Unknown, missing_file, probe
+from compat.probes.base import OpenValues, Reading, Unknown, matching, missing_file, probe
 from compat.sources import Source
 from .method import method_absent  # the S1 reading decides whether a missing module is a refactor
 
@@ -33,6 +33,10 @@ VLLM_CONNECTOR_CLASS = "ExampleHiddenStatesConnector"
 HS_MOONCAKE = "hs_connectors/mooncake_hidden_states_connector.py"
 HS_FP8 = "hs_connectors/fp8_hidden_states_connector.py"
 DELEGATES = "vllm"  # the value for "uses vLLM's own function / layout"
+#: :func:`index_axis`: the axis read (``flatten(...)`` of literal arguments, ``shape[K]``), or vLLM's own function
+INDEX_AXIS = matching("a KV axis read as flatten(...) or shape[K]", r"flatten\(.*\)|shape\[\d+\]", (DELEGATES,))
+#: :func:`required_layout`: the literal layout the connector returns, or vLLM's own
+KV_LAYOUT = OpenValues("a KV layout name returned as a literal", lambda value: isinstance(value, str), (DELEGATES,))
 
 
 class _Pristine(Source):
@@ -73,15 +77,16 @@ def pristine(reader: Reader) -> Reader:
     return Reader(_Pristine(reader.source), reader.environ)
 
 
-def serve_probe(name: str, package: str = "vllm"):
-    """Register a serve-path probe that reads the pristine files (see :data:`KIT_BEGIN`)."""
+def serve_probe(name: str, package: str = "vllm", *, values=None):
+    """Register a serve-path probe that reads the pristine files (see :data:`KIT_BEGIN`); ``values`` as for
+    :func:`compat.probes.base.probe`."""
 
     def register(fn):
         @functools.wraps(fn)
         def on_pristine(reader: Reader):
             return fn(pristine(reader))
 
-        probe(name, package)(on_pristine)
+        probe(name, package, values=values)(on_pristine)
         return fn
 
     return register
@@ -179,13 +184,13 @@ def required_layout(reader: Reader, relpath: str):
     return Reading(values.pop(), relpath, line)
 
 
-@serve_probe("serve.connector.index_axis")
+@serve_probe("serve.connector.index_axis", values=INDEX_AXIS.also("absent"))
 def vllm_connector_index_axis(reader: Reader):
     """ExampleHiddenStatesConnector's extract_from_kv_cache block axis: flatten(0,1) / shape[1] (0.22) / shape[2] (0.29)."""
     return _or_absent(reader, index_axis)
 
 
-@serve_probe("serve.connector.kv_layout")
+@serve_probe("serve.connector.kv_layout", values=KV_LAYOUT.also("absent"))
 def vllm_connector_kv_layout(reader: Reader):
     """KV layout ExampleHiddenStatesConnector requires: NHD / LBNHC (0.29)."""
     return _or_absent(reader, required_layout)
@@ -199,19 +204,20 @@ def _or_absent(reader: Reader, read):
     return method_absent(reader, f"{VLLM_CONNECTOR} not found")
 
 
-@serve_probe("serve.hs_connectors.mooncake.index_axis", package="hs_connectors")
+@serve_probe("serve.hs_connectors.mooncake.index_axis", package="hs_connectors", values=INDEX_AXIS)
 def hs_mooncake_index_axis(reader: Reader):
     """hs-connectors' Mooncake connector block axis: shape[1] (own copy, 0.7.0) / vllm (delegates, 0.8.0+)."""
     return index_axis(reader, HS_MOONCAKE)
 
 
-@serve_probe("serve.hs_connectors.mooncake.kv_layout", package="hs_connectors")
+@serve_probe("serve.hs_connectors.mooncake.kv_layout", package="hs_connectors", values=KV_LAYOUT)
 def hs_mooncake_kv_layout(reader: Reader):
     """hs-connectors' Mooncake connector KV layout: NHD (0.7.0) / vllm (asks vLLM's connector, 0.8.0+)."""
     return required_layout(reader, HS_MOONCAKE)
 
 
-@serve_probe("serve.hs_connectors.mooncake.host_copy", package="hs_connectors")
+@serve_probe("serve.hs_connectors.mooncake.host_copy", package="hs_connectors",
+             values=("accelerator-module", "pinned-empty-like"))
 def hs_mooncake_host_copy(reader: Reader):
     """How hs-connectors' Mooncake connector copies a sample to host: pinned-empty-like (0.7.0: torch.empty_like(...,
     pin_memory=True) on torch.cuda streams, which a CPU build cannot allocate) / accelerator-module (0.8.0+: streams
@@ -229,7 +235,7 @@ def hs_mooncake_host_copy(reader: Reader):
     return Unknown(f"{HS_MOONCAKE}: {len(pinned)} pinned empty_like calls and no accelerator_module, a shape not seen")
 
 
-@serve_probe("serve.hs_connectors.fp8", package="hs_connectors")
+@serve_probe("serve.hs_connectors.fp8", package="hs_connectors", values=("absent", "overrides-write-tensors"))
 def hs_fp8_connector(reader: Reader):
     """hs-connectors' FP8 connector: absent (< 0.9.0) / overrides-write-tensors (vLLM's private _write_tensors)."""
     tree = reader.module(HS_FP8)

@@ -64,7 +64,8 @@ def _copy_method(tree: ast.Module) -> str | None:
     return None
 
 
-@probe(NAME)
+@probe(NAME, values=("absent", "sync-copy", "async-copy-no-placeholders", "async-copy-in-save", "async-copy",
+                    "cpu-ready"))
 def cpu_connector(reader) -> Reading | Unknown:
     """ExampleHiddenStatesConnector's host copy: absent / sync-copy / async-copy-in-save / async-copy / cpu-ready ..."""
     text = reader.text(CONNECTOR)

@@ -112,7 +112,7 @@ def registers_by_name(platform: ast.Module) -> int | None:
     return None
 
 
-@probe(NAME)
+@probe(NAME, values=("no-warmup-dispatcher", "rebinds-dispatchers", "swap-misses-dispatcher", "v1-removed"))
 def cpu_sampler_dispatch(reader) -> Reading | Unknown:
     """Rejection-sampler kernels on a CPU build: no-warmup-dispatcher / rebinds-dispatchers / swap-misses-dispatcher /
     v1-removed."""

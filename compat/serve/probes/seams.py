@@ -22,7 +22,7 @@ from __future__ import annotations
 import ast
 
 from compat.astkit import Reader
-from compat.probes.base import Reading, Unknown
+from compat.probes.base import Reading, Unknown, sorted_names
 from compat.probes.runner_v2 import v1_removed
 
 from .connector import serve_probe
@@ -51,7 +51,7 @@ def _calls(node: ast.AST, attr: str) -> list[ast.Call]:
             and n.func.attr == attr]
 
 
-@serve_probe("serve.connector.base_methods")
+@serve_probe("serve.connector.base_methods", values=sorted_names("a sorted list of method names", ("absent",)))
 def connector_base_methods(reader: Reader):
     """The methods KVConnectorBase_V1 defines (a sorted list): what a connector subclass inherits."""
     if _no_method(reader):
@@ -66,7 +66,7 @@ def connector_base_methods(reader: Reader):
     return Reading(names, BASE, cls.lineno)
 
 
-@serve_probe("serve.config.speculative_fields")
+@serve_probe("serve.config.speculative_fields", values=sorted_names("a sorted list of field names", ("absent",)))
 def speculative_fields(reader: Reader):
     """The fields of SpeculativeConfig (a sorted list): the keys --speculative-config takes."""
     if _no_method(reader):
@@ -128,7 +128,10 @@ def _v2_wait(reader: Reader):
     return Unknown(f"{V2_RUNNER} passes post_forward {', '.join(sorted(passed))} and no finalize_step waits")
 
 
-@serve_probe("serve.connector.save_wait")
+#: what each runner present says, V1 first (a V1 runner, or V1 removed where V2 is, so never neither)
+@serve_probe("serve.connector.save_wait", values=("absent", "v1 after-forward", "v1 after-forward, v2 after-forward",
+                                                  "v1 after-forward, v2 after-draft", "v2 after-forward",
+                                                  "v2 after-draft"))
 def connector_save_wait(reader: Reader):
     """When each runner waits for the connector's saves: ``v1 after-forward``, ``v2 after-forward`` or
     ``v2 after-draft`` (Model Runner V2 defers wait_for_save to finalize_step, after the speculator)."""

@@ -16,7 +16,7 @@ from packaging.version import InvalidVersion, Version
 
 from compat import astkit
 from compat.astkit import Reader
-from compat.probes.base import Reading, Unknown, missing_file, nowhere_in
+from compat.probes.base import Reading, Unknown, matching, missing_file, nowhere_in
 from .connector import serve_probe
 
 CLIENT = "speculators/data_generation/vllm_client.py"
@@ -44,7 +44,7 @@ def _flocks(fn: ast.AST) -> bool:
     return any(isinstance(n, ast.Call) and astkit.dotted_name(n.func) in ("fcntl.flock", "flock") for n in ast.walk(fn))
 
 
-@serve_probe("serve.speculators.lock_wait", package="speculators")
+@serve_probe("serve.speculators.lock_wait", package="speculators", values=("absent", "no", "yes"))
 def speculators_lock_wait(reader: Reader):
     """The client waits on <file>.lock before reading: absent (no serve client) / no (0.5.0) / yes (0.6.0+)."""
     tree = _client(reader)
@@ -58,7 +58,7 @@ def speculators_lock_wait(reader: Reader):
     return Reading("no", CLIENT, None)
 
 
-@serve_probe("serve.speculators.handle", package="speculators")
+@serve_probe("serve.speculators.handle", package="speculators", values=("absent", "no", "yes"))
 def speculators_handle(reader: Reader):
     """The client accepts kv_transfer_params["handle"] (Mooncake): absent / no (<= 0.7.0.x) / yes (0.8.0+)."""
     tree = _client(reader)
@@ -76,7 +76,7 @@ def speculators_handle(reader: Reader):
     return Reading("yes" if "handle" in keys else "no", CLIENT, fn.lineno)
 
 
-@serve_probe("serve.speculators.version_py", package="speculators")
+@serve_probe("serve.speculators.version_py", package="speculators", values=("agrees", "lags"))
 def speculators_version_py(reader: Reader):
     """speculators/version.py against the dist metadata: agrees (0.8.0+) / lags (0.5.0-0.7.0.x say the release before)."""
     released = reader.source.version
@@ -95,7 +95,9 @@ def speculators_version_py(reader: Reader):
     return Reading("agrees" if written == released else "lags", VERSION_PY, node.lineno)
 
 
-@serve_probe("serve.speculators.hs_connectors", package="speculators")
+#: the rest of the Requires-Dist head after the name (no spaces): a version specifier such as ``==0.8.1``
+@serve_probe("serve.speculators.hs_connectors", package="speculators",
+             values=matching("a requirement's specifier, e.g. ==0.8.1", r"\S+", ("none", "vendored", "any")))
 def speculators_hs_connectors(reader: Reader):
     """hs-connectors the release uses: none (<= 0.6) / vendored (0.7.0.x, file backend only) / ==X (0.8.0+ pin)."""
     if reader.module(VENDORED) is not None:
@@ -116,7 +118,8 @@ def speculators_hs_connectors(reader: Reader):
     return Reading("none", relpath, None)
 
 
-@serve_probe("serve.speculators.check_hidden_states", package="speculators")
+@serve_probe("serve.speculators.check_hidden_states", package="speculators",
+             values=("absent", "no-aminmax", "aminmax-raw"))
 def speculators_check_hidden_states(reader: Reader):
     """--validate-outputs' check_hidden_states: absent / no-aminmax / aminmax-raw (0.9.0: fails on float8 files)."""
     tree = reader.module(OFFLINE)
@@ -134,7 +137,8 @@ def speculators_check_hidden_states(reader: Reader):
     return Unknown("torch.aminmax on an expression not seen in a release")
 
 
-@serve_probe("serve.speculators.launch_chunked_prefill", package="speculators")
+@serve_probe("serve.speculators.launch_chunked_prefill", package="speculators",
+             values=("not-shipped", "forces-off", "leaves"))
 def speculators_launch_chunked_prefill(reader: Reader):
     """scripts/launch_vllm.py and chunked prefill: not-shipped (a wheel) / forces-off (0.6.0-0.7.0.x) / leaves."""
     text = reader.text(LAUNCH)

