@@ -18,8 +18,11 @@ record at every commit, so the matrix (hours on 2 cores) is never fresh.  A cell
   surface diff`` loads them), while the set of files orders the release lines the version prefilters use
   (``registry.release_lines``).  So adding a probe's values to every surface stales no cell.
 
-A record is *stale* when one of these files differs from the bytes it ran with, or when a test file in the
-cell's scope is new since then (it never ran there).  The bytes it ran with are the file hashes the record
+A record is *stale* when one of these files differs from what it ran with, or when a test file in the
+cell's scope is new since then (it never ran there).  A Python file differs when its code does: one whose
+comments, docstrings or layout alone changed (:func:`same_code`: the syntax trees without docstrings are equal,
+the bytes it ran with read back from git) runs the same instructions, so it stales nothing; every other file
+differs by its bytes.  The bytes it ran with are the file hashes the record
 carries (``details["inputs"]``, git blob ids, written when it ran), or, for a file it does not list (written
 before that, or before the rule counted the file in) and a record from a clean checkout, the tree of its commit
 (``dirty`` covers ``compat/``, ``patches/`` and ``tests/contract/``).  ``compat/proof_evidence.py`` is left out: it is generated
@@ -60,6 +63,23 @@ PROBE_HARNESS = ("compat/probes/__init__.py", "compat/probes/base.py", "compat/s
 SURFACES = "compat/surfaces/"
 #: why a shipped surface decides a cell: its presence among the release lines, not its probe values
 RELEASE_LIST = "release list"
+
+
+def code_of(text: str) -> str | None:
+    """What of a Python file runs: its syntax tree without comments, layout or docstrings (None: not Python)."""
+    import ast
+
+    try:
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError):
+        return None
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and body and \
+                isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) and \
+                isinstance(body[0].value.value, str):
+            node.body = body[1:] or [ast.Pass()]
+    return ast.dump(tree, include_attributes=False)
 
 
 def blob_id(data: bytes) -> str:
@@ -116,6 +136,9 @@ class Inputs:
     def __init__(self, root: Path = ROOT):
         self.root = root
         self._blobs: dict[str, str | None] = {}
+        self._texts: dict[str, str | None] = {}
+        self._now_texts: dict[str, str] = {}  # blob id -> the text of this checkout's file of that blob
+        self._codes: dict[str, str | None] = {}
         self._trees: dict[str, dict[str, str] | None] = {}
 
     @cached_property
@@ -124,13 +147,52 @@ class Inputs:
 
         return {table.OLD: registry.load_patches(), table.SERVE: registry.load_patches("serve")}
 
+    def blob_text(self, blob: str) -> str | None:
+        """The text git holds for ``blob`` (None: not in this repository's objects, or not text)."""
+        if blob not in self._texts:
+            proc = subprocess.run(["git", "-C", str(self.root), "cat-file", "blob", blob], capture_output=True)
+            try:
+                self._texts[blob] = proc.stdout.decode() if proc.returncode == 0 else None
+            except UnicodeDecodeError:
+                self._texts[blob] = None
+        return self._texts[blob]
+
+    def same_code(self, path: str, before: str | None) -> bool:
+        """Whether ``path`` now runs the same code as the blob ``before`` (only comments, docstrings or layout
+        differ); False for anything not Python, a file gone, or a blob git does not hold (then its bytes decide)."""
+        now = self.blob(path)
+        if before is None or now is None or not path.endswith(".py"):
+            return False
+        old = self.code(before)
+        return old is not None and old == self.code(now)
+
+    def code(self, blob: str) -> str | None:
+        """:func:`code_of` the blob (this checkout's file of that blob, or git's copy); None: not read or not Python."""
+        if blob not in self._codes:
+            text = self._now_texts.get(blob)
+            text = self.blob_text(blob) if text is None else text
+            self._codes[blob] = None if text is None else code_of(text)
+        return self._codes[blob]
+
+    def differs(self, path: str, before: str | None) -> bool:
+        """Whether ``path`` differs, in what it runs, from the blob ``before`` it had (None: it did not exist)."""
+        now = self.blob(path)
+        return now != before and not self.same_code(path, before)
+
     def blob(self, path: str) -> str | None:
         """The blob id of ``path`` in the checkout now (None: no such file)."""
         if path not in self._blobs:
             try:
-                self._blobs[path] = blob_id((self.root / path).read_bytes())
+                data = (self.root / path).read_bytes()
             except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
                 self._blobs[path] = None
+            else:
+                self._blobs[path] = blob_id(data)
+                if path.endswith(".py"):
+                    try:
+                        self._now_texts[self._blobs[path]] = data.decode()
+                    except UnicodeDecodeError:
+                        pass
         return self._blobs[path]
 
     def in_range(self, cell: table.Cell, vllm: str | None) -> list:
@@ -275,7 +337,7 @@ class Inputs:
         now = {p.relative_to(self.root).as_posix() for p in evidence.suite_files(self.root)}
         changed = []
         for path in sorted(now | {p for p in then if p.startswith(tops)}):
-            if path in GENERATED or path in JUDGE_FILES or self.blob(path) == then.get(path):
+            if path in GENERATED or path in JUDGE_FILES or not self.differs(path, then.get(path)):
                 continue
             state = "is new" if path not in then else "was removed" if path not in now else "changed"
             changed.append(f"{path} {state} since {record.commit[:10]}")
@@ -300,7 +362,7 @@ class Inputs:
             now, before = self.blob(path), then.get(path)
             if before is None and path not in then and record.details.get("judge") is None and now is not None:
                 continue  # not among what it recorded (written before the file existed): not known to differ
-            if now != before:
+            if self.differs(path, before):
                 changed.append(path)
         return changed
 
@@ -327,7 +389,7 @@ class Inputs:
             now, before = self.blob(path), then.get(path)
             if why == RELEASE_LIST and now is not None and before is not None:
                 continue  # its presence decides, not its bytes (module docstring)
-            if now != before:
+            if self.differs(path, before):
                 state = "is new" if before is None else "was removed" if now is None else "changed"
                 changed.append(f"{path} ({why}) {state}")
         for path in self.scope_tests(cell):

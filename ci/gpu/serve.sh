@@ -79,7 +79,7 @@ model)  # model NAME MODEL DTYPE LAYERS [EXCLUDE...]: compat apply (excludes), t
   sa=(); for a in ${GPU_SERVE_ARGS:-}; do sa+=("--serve-arg=$a"); done  # the server's own flags (confirm --serve-arg)
   { python3 -m compat.cli apply --revert --force; python3 -m compat.cli apply "${ex[@]}"; } > "$OUT/apply_$name.txt" 2>&1
   echo "compat apply ${ex[*]}: rc=$?"; tail -15 "$OUT/apply_$name.txt"
-  # GPU_SERVE_REFERENCE: confirm's --reference (hf by default; self: no HF model, issue 30)
+  # GPU_SERVE_REFERENCE: confirm's --reference (hf by default; self: no HF model)
   timeout "${GPU_LANE_BUDGET_S:-300}" python3 -m compat.cli confirm --path serve --model "$model" --dtype "$dtype" \
       --layers "$layers" --reference "${GPU_SERVE_REFERENCE:-hf}" "${sa[@]}" --keep-work-dir --json-file "$OUT/confirm_$name.json" > "$OUT/confirm_$name.txt" 2>&1
   echo "compat confirm --path serve ($name): rc=$?" | tee -a "$OUT/confirm_$name.txt"
@@ -89,7 +89,7 @@ model)  # model NAME MODEL DTYPE LAYERS [EXCLUDE...]: compat apply (excludes), t
   done
   tail -40 "$OUT/confirm_$name.txt"
   ;;
-llama-spread)  # llama-spread DIR: the tiny Llama with spread norms and an untied head (issue 30's self fixture)
+llama-spread)  # llama-spread DIR: the tiny Llama with spread norms and an untied head (the self reference's fixture)
   serve_env build
   [ -f "${2:?DIR}/config.json" ] || python3 -c "import sys; from fixtures.tiny_model import build_tiny_llama
 build_tiny_llama(sys.argv[1], max_positions=256, norm_spread=0.5)" "$2"

@@ -33,12 +33,10 @@ def make_calls(sizes=CALLS, seed: int = 0, vocab: int = 512, longest: int = 400)
 GENERATOR_BUDGET = 96
 
 
-def spec_from_args(args):
-    """The ``RunSpec`` of confirm's options (or a parsed command line); UsageError where it cannot be one (nothing
-    run)."""
+def spec_from_args(args: ConfirmOptions):
+    """The ``RunSpec`` of confirm's options; UsageError where it cannot be one (nothing run)."""
     from compat.confirm.runner import RunSpec
 
-    args = ConfirmOptions.from_args(args)
     if not args.model:
         raise UsageError("--model PATH is required (or --check REPORT)")
     checkpoint = args.checkpoint
@@ -73,7 +71,7 @@ def spec_from_args(args):
         from compat.shared.prompts import PromptsError, calls_from, load_prompts
 
         try:
-            prompts = load_prompts(args.prompts, args.model, args.trust_remote_code, args.max_model_len - 1)
+            prompts = load_prompts(args.prompts, checkpoint, args.trust_remote_code, args.max_model_len - 1)
         except PromptsError as exc:
             raise UsageError(str(exc))
         calls = calls_from(prompts, sizes)
@@ -105,9 +103,8 @@ def spec_from_args(args):
                    log_path=args.log, verbose=args.verbose, tie=True, extra=extra)
 
 
-def run_generator(args, **hooks) -> int:
+def run_generator(args: ConfirmOptions, **hooks) -> int:
     """A generator-path run of confirm's options (``hooks``: RunSpec fields to add); its exit code."""
-    args = ConfirmOptions.from_args(args)
     spec = spec_from_args(args)
     from dataclasses import replace
 
@@ -123,7 +120,7 @@ def run_generator(args, **hooks) -> int:
         print(f"confirm: [{time.monotonic() - started:6.1f} s] {text}", file=stream or sys.stderr, flush=True)
 
     largest = max(len(c) for c in spec.calls)
-    memory = size_host_memory(args.model, args.dtype, spec.engine["max_model_len"], largest,
+    memory = size_host_memory(args.checkpoint, args.dtype, spec.engine["max_model_len"], largest,
                               args.gpu_memory_utilization)
     log_path = spec.log_path or default_log_path()
     say(f"vLLM's log: {log_path}")

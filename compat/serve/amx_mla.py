@@ -26,19 +26,19 @@ import subprocess
 import sys
 from pathlib import Path
 
-from compat.checkpoint import read_config, text_config
+from compat.checkpoint import Checkpoint
 
 FLAG = ("--attention-backend", "CPU_MLA")
 PLATFORM = Path("vllm") / "platforms" / "cpu.py"
 
 
-def mla_model(model: str) -> bool:
-    """An MLA checkpoint (``kv_lora_rank`` in its text config) that vLLM serves as MLA."""
-    try:
-        text = text_config(read_config(model))
-    except (OSError, ValueError):
+def mla_model(model: "Checkpoint | str") -> bool:
+    """An MLA checkpoint (``kv_lora_rank`` in its text config) that vLLM serves as MLA (``model``: the checkpoint as
+    the run read it, or its path)."""
+    read = model if isinstance(model, Checkpoint) else Checkpoint.read(model)
+    if read.unread:
         return False
-    return "kv_lora_rank" in text and os.environ.get("VLLM_MLA_DISABLE") != "1"
+    return "kv_lora_rank" in read.text and os.environ.get("VLLM_MLA_DISABLE") != "1"
 
 
 def host_amx(cpuinfo: Path = Path("/proc/cpuinfo")) -> bool | None:
@@ -90,7 +90,8 @@ def prefers_amx_mla(source: str | None) -> bool | None:
 
 def reason(spec) -> str:
     """Why ``spec``'s server needs ``--attention-backend CPU_MLA`` ('' where it does not)."""
-    if spec.device != "cpu" or spec.dtype == "bfloat16" or FLAG[0] in spec.extra_args or not mla_model(spec.model):
+    if spec.device != "cpu" or spec.dtype == "bfloat16" or FLAG[0] in spec.extra_args \
+            or not mla_model(spec.checkpoint or spec.model):
         return ""
     if not host_amx() or not prefers_amx_mla(platform_source(spec.python)):
         return ""

@@ -41,14 +41,14 @@ def validate(args: ConfirmOptions) -> int:
         spec = ServeSpec(model=args.model, work_dir=folder, calls=[[p or [0] for p, _ in files]],
                          layer_ids=manifest.ids, dtype=manifest.dtype, device="cpu", rtol=args.rtol,
                          logprobs_check=False, twin_check=False, hf_check=args.reference == "hf",
-                         recompute_check=args.reference == "self")
+                         recompute_check=args.reference == "self", checkpoint=args.checkpoint)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     result = check_files(ServeResult("OK", ""), spec, files, {})
     not_run = {"logprobs": "needs the server's prompt_logprobs (run compat confirm --path serve --reference self)",
                "twin": "needs the server (each prompt served alone)"} if args.reference == "self" else {}
     doc = {**result.as_dict(), "not_run": not_run, "manifest": manifest.as_json(), "files": str(folder),
-           "confirmed": from_files(args.model, manifest)}
+           "confirmed": from_files(args.checkpoint, manifest)}
     code = emit(result, doc, args.output, "every file passes the checks that need no server",
                 [f"  {name:16} not run: {why}" for name, why in not_run.items()]
                 + [f"  confirmed: {describe(doc['confirmed'])}"])

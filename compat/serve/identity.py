@@ -18,7 +18,7 @@ import re
 import subprocess
 from pathlib import Path
 
-from compat.checkpoint import read_config, text_config
+from compat.checkpoint import Checkpoint
 
 UNKNOWN = "unknown"
 #: the config keys that count a model's routed experts (DeepSeek-V3 / Kimi-K2.5, Qwen-MoE, Mixtral), first wins
@@ -70,7 +70,7 @@ def confirmed(spec, log_text: str) -> dict:
     installed = interpreter_facts(spec.python, spec.device, spec.environment())
     runner, evidence = runner_of(log_text, spec.environment())
     dtype = logged_dtype(log_text)
-    return {"source": "serve", **model_facts(spec.model),
+    return {"source": "serve", **model_facts(spec.checkpoint or spec.model),
             "dtype": dtype or spec.dtype, "dtype_source": "server log" if dtype else "asked (--dtype): the log names none",
             "ids_asked": list(spec.asked_ids or spec.layer_ids), "ids_served": list(spec.rows),
             "vllm": installed["vllm"], "speculators": installed["speculators"],
@@ -81,7 +81,7 @@ def confirmed(spec, log_text: str) -> dict:
             "kit": kit_version()}
 
 
-def from_files(model: str, manifest) -> dict:
+def from_files(model: "Checkpoint | str", manifest) -> dict:
     """The ``confirmed`` block of ``--files DIR``: the model's config and the folder's manifest (no server ran here,
     so runner and device are unknown; versions are the manifest's, ``unknown`` where it was written from flags)."""
     return {"source": "files", **model_facts(model), "dtype": manifest.dtype, "dtype_source": "manifest",
@@ -95,14 +95,15 @@ def from_files(model: str, manifest) -> dict:
 # -- the model --------------------------------------------------------------------------------------------------
 
 
-def model_facts(model: str) -> dict:
+def model_facts(model: "Checkpoint | str") -> dict:
     """Path, architecture, depth, width, experts and quantization from config.json (``text_config`` first: Kimi-K2.5
-    wraps a DeepSeek-V3 text model in ``KimiK25ForConditionalGeneration``)."""
-    try:
-        config = read_config(model)
-    except (OSError, ValueError) as exc:
-        return {"model": os.path.abspath(model), "config_error": f"{type(exc).__name__}: {exc}"}
-    text = text_config(config)
+    wraps a DeepSeek-V3 text model in ``KimiK25ForConditionalGeneration``); ``model``: the checkpoint as the run
+    read it, or its path."""
+    read = model if isinstance(model, Checkpoint) else Checkpoint.read(model)
+    model = read.path
+    if read.unread:
+        return {"model": os.path.abspath(model), "config_error": read.unread}
+    config, text = read.config, read.text
     wrapper = config.get("architectures") if text is not config else None
     return {"model": os.path.abspath(model), "architectures": text.get("architectures") or config.get("architectures"),
             "wrapper_architectures": wrapper if wrapper != text.get("architectures") else None,

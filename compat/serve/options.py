@@ -128,14 +128,13 @@ def plan_rules() -> tuple[list, list]:
     return [r for r in rules if r.word == "FLAGS" and r.args], [r for r in rules if r.word == "UNKNOWN"]
 
 
-def spec_from_args(args, work_dir=None, vocab: int = 512, flags=()):
+def spec_from_args(args: ConfirmOptions, work_dir=None, vocab: int = 512, flags=()):
     """The ``ServeSpec`` of confirm's command line; UsageError where it cannot be one (nothing run or left behind).
 
     ``flags``: the plan's FLAGS rules for this install (:func:`plan_rules`), whose arguments the server gets."""
 
     from .spec import ServeSpec
 
-    args = ConfirmOptions.from_args(args)
     if not args.model:
         raise UsageError("--model PATH is required (or --check REPORT)")
     if args.checkpoint is None:
@@ -149,7 +148,7 @@ def spec_from_args(args, work_dir=None, vocab: int = 512, flags=()):
         from compat.shared.prompts import PromptsError, calls_from, load_prompts
 
         try:
-            calls = calls_from(load_prompts(args.prompts, args.model, args.trust_remote_code, longest), args.sizes)
+            calls = calls_from(load_prompts(args.prompts, args.checkpoint, args.trust_remote_code, longest), args.sizes)
         except PromptsError as exc:
             raise UsageError(str(exc))
     else:
@@ -185,7 +184,7 @@ def spec_from_args(args, work_dir=None, vocab: int = 512, flags=()):
                          tensor_parallel_size=args.tensor_parallel_size,
                          pipeline_parallel_size=args.pipeline_parallel_size,
                          trust_remote_code=args.trust_remote_code, rtol=args.rtol, log_path=args.log,
-                         asked_ids=asked, **REFERENCES[args.reference], **optional)
+                         asked_ids=asked, checkpoint=args.checkpoint, **REFERENCES[args.reference], **optional)
     except ValueError as exc:
         if made:
             os.rmdir(made)
@@ -281,11 +280,10 @@ class RunFolder:
         return INTERRUPTED
 
 
-def confirm_serve(args, work_dir=None, vocab: int = 512) -> int:
+def confirm_serve(args: ConfirmOptions, work_dir=None, vocab: int = 512) -> int:
     """Run the serve path's confirm for confirm's parsed options: 0 OK, 1 WRONG or ERROR, 2 refused (an install
     that cannot serve), 4 INCOMPLETE, 130 interrupted (Ctrl-C: the server stopped, the work folder removed, one line
     said); bad options raise UsageError, nothing started."""
-    args = ConfirmOptions.from_args(args)
     folder = RunFolder(work_dir, keep=args.keep_work_dir)
     try:
         return _confirm_serve(args, folder, vocab)

@@ -7,7 +7,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from compat.checkpoint import is_local, num_layers
+from compat.checkpoint import Checkpoint
 
 from .probes.layer_ids import default_layer_ids, prescribed, repeated  # noqa: F401 (re-exported)
 
@@ -45,14 +45,21 @@ class ServeSpec:
     client_timeout_s: float = 600.0
     env: dict = field(default_factory=dict)
     asked_ids: list[int] | None = None  # the ids the user asked for, where the served ones differ (--reference self)
+    #: the model's config, read once (by compat confirm's options, or here): every part of the run reads it from here
+    checkpoint: Checkpoint | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self):
         self.work_dir = Path(self.work_dir)
-        if not is_local(self.model):
-            raise ValueError(f"{self.model}: no config.json (a local checkpoint directory is needed)")
+        if self.checkpoint is None:
+            self.checkpoint = Checkpoint.read(self.model)
+        if self.checkpoint.unread:
+            raise ValueError(f"{self.model}: no readable config.json (a local checkpoint directory is needed: "
+                             f"{self.checkpoint.unread})")
+        if self.checkpoint.num_layers is None:
+            raise ValueError(f"{self.model}/config.json gives no num_hidden_layers")
         if not self.calls or not all(self.calls) or not all(all(p) for c in self.calls for p in c):
             raise ValueError("calls must be non-empty lists of non-empty prompts")
-        depth = num_layers(self.model)
+        depth = self.checkpoint.num_layers
         if self.layer_ids is None:
             self.layer_ids = default_layer_ids(depth)
         bad = [k for k in self.layer_ids if not 0 <= k <= depth]
@@ -70,7 +77,7 @@ class ServeSpec:
 
     @property
     def depth(self) -> int:
-        return num_layers(self.model)
+        return self.checkpoint.num_layers
 
     @property
     def rows(self) -> list[int]:

@@ -17,7 +17,7 @@ import math
 import os
 from pathlib import Path
 
-from compat.checkpoint import read_config, text_config
+from compat.checkpoint import Checkpoint, read_config, text_config
 
 GIB = 1 << 30
 ENV = "VLLM_CPU_KVCACHE_SPACE"
@@ -55,14 +55,16 @@ def kv_bytes_per_token(config: dict, dtype: str) -> int:
     return (layers * per_layer + (layers + 1) * hidden) * DTYPE_BYTES.get(dtype, 4)
 
 
-def kv_cache_gib(model_path: str, dtype: str, max_model_len: int, max_seqs: int) -> int:
-    """Whole GiB (vLLM's unit for the knob) for ``max_seqs`` sequences of ``max_model_len`` tokens; at least 1."""
-    config = read_config(model_path)
+def kv_cache_gib(model_path: "Checkpoint | str", dtype: str, max_model_len: int, max_seqs: int) -> int:
+    """Whole GiB (vLLM's unit for the knob) for ``max_seqs`` sequences of ``max_model_len`` tokens; at least 1
+    (``model_path``: the checkpoint as the run read it, or its path)."""
+    config = model_path.config if isinstance(model_path, Checkpoint) and not model_path.unread else read_config(
+        getattr(model_path, "path", model_path))
     need = kv_bytes_per_token(config, dtype) * max_model_len * max_seqs * HEADROOM
     return max(1, math.ceil(need / GIB))
 
 
-def size_host_memory(model_path: str, dtype: str, max_model_len: int, max_seqs: int,
+def size_host_memory(model_path: "Checkpoint | str", dtype: str, max_model_len: int, max_seqs: int,
                      gpu_memory_utilization: float | None, environ=os.environ, cpu: bool | None = None) -> dict | None:
     """On a CPU build (``cpu``; None: the installed vLLM's), set ``VLLM_CPU_KVCACHE_SPACE`` for this run unless the
     user chose the memory; what was done (for the report), or None on a GPU build."""

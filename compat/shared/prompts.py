@@ -31,7 +31,7 @@ import json
 import re
 from pathlib import Path
 
-from compat.checkpoint import read_config, text_value
+from compat.checkpoint import Checkpoint, read_config, text_value
 
 _INTS = re.compile(r"^\d+(\s+\d+)*$")
 
@@ -98,8 +98,11 @@ def _ids(value, where: str) -> list[int]:
     return list(value)
 
 
-def vocab_size(model_path: str) -> int | None:
-    """The text model's vocabulary size, or None where the config does not say or cannot be read."""
+def vocab_size(model_path: "Checkpoint | str") -> int | None:
+    """The text model's vocabulary size, or None where the config does not say or cannot be read (``model_path``:
+    the checkpoint as the run read it, or its path)."""
+    if isinstance(model_path, Checkpoint):
+        return model_path.vocab_size
     try:
         size = text_value(read_config(model_path), "vocab_size")
     except (OSError, ValueError):
@@ -107,7 +110,7 @@ def vocab_size(model_path: str) -> int | None:
     return int(size) if size else None
 
 
-def load_prompts(path: str, model_path: str, trust_remote_code: bool = False,
+def load_prompts(path: str, model_path: "Checkpoint | str", trust_remote_code: bool = False,
                  max_tokens: int | None = None) -> list[list[int]]:
     """The prompts of ``path`` as token ids, checked against the checkpoint; raises PromptsError."""
     try:
@@ -117,6 +120,7 @@ def load_prompts(path: str, model_path: str, trust_remote_code: bool = False,
     parsed = parse_prompts(text, path)
     tokenizer = None
     vocab = vocab_size(model_path)
+    model_path = getattr(model_path, "path", model_path)  # the tokenizer loads from the folder
     out = []
     for line, prompt in parsed:
         if isinstance(prompt, str):

@@ -27,7 +27,9 @@ ROOT = Path(__file__).resolve().parents[2]
 def parse(*argv: str):
     from compat.cli import build_parser
 
-    return build_parser().parse_args(["confirm", *argv])
+    from compat.shared.options import ConfirmOptions
+
+    return ConfirmOptions.from_args(build_parser().parse_args(["confirm", *argv]))
 
 
 # -- option parsing ---------------------------------------------------------------------------------------------

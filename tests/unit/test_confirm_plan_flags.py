@@ -29,7 +29,10 @@ def _args(tmp_path, *more: str):
     (model / "config.json").write_text(json.dumps({"num_hidden_layers": 4, "hidden_size": 8}))
     parser = argparse.ArgumentParser()
     add_arguments(parser)
-    return parser.parse_args(["--path", "serve", "--model", str(model), "--layers", "1,2,3,4", *more])
+    from compat.shared.options import ConfirmOptions
+
+    return ConfirmOptions.from_args(parser.parse_args(["--path", "serve", "--model", str(model), "--layers", "1,2,3,4",
+                                                       *more]))
 
 
 def test_without_flags_the_server_is_started_as_before(tmp_path):

@@ -34,7 +34,10 @@ def _args(tmp_path, *more: str, path: str = "serve", layers: str = "1,2,3,4"):
     (model / "config.json").write_text(json.dumps({"num_hidden_layers": 4, "hidden_size": 8}))
     parser = argparse.ArgumentParser()
     add_arguments(parser)
-    return parser.parse_args(["--path", path, "--model", str(model), "--layers", layers, *more])
+    from compat.shared.options import ConfirmOptions
+
+    return ConfirmOptions.from_args(parser.parse_args(["--path", path, "--model", str(model), "--layers", layers,
+                                                       *more]))
 
 
 def test_serve_args_reach_the_command_line_after_the_plans(tmp_path):

@@ -93,7 +93,10 @@ def test_the_generator_path_takes_the_same_default(tmp_path):
 
     parser = argparse.ArgumentParser()
     add_arguments(parser)
-    spec = spec_from_args(parser.parse_args(["--model", _model(tmp_path, limit=300), "--layers", "0,1"]))
+    from compat.shared.options import ConfirmOptions
+
+    spec = spec_from_args(ConfirmOptions.from_args(parser.parse_args(["--model", _model(tmp_path, limit=300),
+                                                                      "--layers", "0,1"])))
     assert spec.engine["max_model_len"] == 300 and max(len(p) for c in spec.calls for p in c) <= 299
 
 

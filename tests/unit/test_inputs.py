@@ -54,7 +54,8 @@ def _changes(tree: Path, records: dict) -> dict[str, list[str]]:
 
 
 def _touch(path: Path) -> None:
-    path.write_text(path.read_text() + "\n# changed by the test\n")
+    """A change to what the file runs (a comment alone would not be one: see the comment-only test below)."""
+    path.write_text(path.read_text() + "\nCHANGED_BY_THE_TEST = True\n")
 
 
 def test_records_of_an_unchanged_checkout_are_fresh(tree):
@@ -199,3 +200,45 @@ def test_a_gpu_record_is_staled_by_suite_files_changed_since_its_commit_not_by_t
     record.dirty = None  # what ran is unknown: the whole-suite rule
     state, why = _judge_gpu(tree, record, then)
     assert state == evidence.STALE and "not this checkout's" in why
+
+
+def _committed(tree: Path) -> None:
+    """Make ``tree`` a git repository holding its files, so the bytes a record ran with can be read back."""
+    env = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t",
+           "PATH": "/usr/bin:/bin:/usr/local/bin", "HOME": str(tree)}
+    for argv in (["init", "-q"], ["add", "-A"], ["commit", "-q", "-m", "ran"]):
+        subprocess.run(["git", "-C", str(tree), *argv], check=True, capture_output=True, env=env)
+
+
+def test_comments_docstrings_and_layout_stale_no_cell_and_a_code_change_does(tree):
+    """A comment, a docstring or a reflowed line changes no instruction a cell runs; the bytes it ran with are read
+    back from git and the two syntax trees compared.  The same edit to the judge makes no record 'not
+    re-judgeable'.  A string the code prints is code: it stales."""
+    _committed(tree)
+    records = _records(tree)
+    records[SERVE_032].details["judge"] = inputs.Inputs(tree).judge_snapshot()  # as a cell writes it when it runs
+    apply = tree / "compat" / "apply.py"
+    text = apply.read_text()
+    edited = text.replace('"""``compat apply``: decide', '"""``compat apply`` (reworded): decide', 1)
+    edited = edited.replace("\ndef run(", "\n# a comment added above run\n\n\ndef run(", 1)
+    assert edited != text
+    apply.write_text(edited)
+    tolerance = tree / "compat" / "shared" / "tolerance.py"
+    tolerance.write_text(tolerance.read_text() + "\n# a comment on the bounds\n")
+    assert _changes(tree, records) == {OLD_020: [], OLD_011: [], SERVE_032: []}
+    now = inputs.Inputs(tree)
+    assert now.judge_changes(records[SERVE_032]) == []
+    apply.write_text(edited.replace("nothing was changed", "nothing changed", 1))
+    tolerance.write_text(tolerance.read_text() + "EXTRA_BOUND = 1.0\n")
+    changed = _changes(tree, records)
+    assert all(c == ["compat/apply.py (harness) changed"] for c in changed.values()), changed
+    assert inputs.Inputs(tree).judge_changes(records[SERVE_032]) == ["compat/shared/tolerance.py"]
+
+
+def test_a_comment_change_still_stales_where_git_cannot_give_back_what_ran(tree):
+    """Without the bytes it ran with (a run from uncommitted files, a repository without that blob), nothing
+    tells a comment from code: the bytes decide."""
+    records = _records(tree)  # tree is no git repository
+    apply = tree / "compat" / "apply.py"
+    apply.write_text(apply.read_text() + "\n# only a comment\n")
+    assert _changes(tree, records)[OLD_020] == ["compat/apply.py (harness) changed"]

@@ -65,7 +65,7 @@ def checkpoint(tmp_path: Path, mla: bool) -> str:
 
 
 def spec(model: str, **over) -> SimpleNamespace:
-    base = dict(model=model, device="cpu", dtype="float32", extra_args=[], python="python")
+    base = dict(model=model, device="cpu", dtype="float32", extra_args=[], python="python", checkpoint=None)
     return SimpleNamespace(**{**base, **over})
 
 

@@ -137,3 +137,27 @@ def test_the_writer_prints_the_lines_or_the_document_and_writes_the_file(tmp_pat
     gone.rmdir()  # the folder went away after the check: said, and the environment's code
     assert output.write([], {}) == ExitCode.ENVIRONMENT
     assert "cannot write" in capsys.readouterr().err
+
+
+def test_a_serve_confirm_reads_the_checkpoint_once_for_its_spec_identity_and_backend(tmp_path, monkeypatch):
+    """The options read config.json; the spec, the report's identity block and the AMX backend choice take it from
+    there (a second read could see another file than the run served)."""
+    import argparse
+
+    from compat import checkpoint
+    from compat.serve import amx_mla, identity
+    from compat.serve.options import spec_from_args
+    from compat.shared.arguments import add_arguments
+
+    reads = []
+    real = checkpoint.read_config
+    monkeypatch.setattr(checkpoint, "read_config", lambda model: reads.append(model) or real(model))
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    options = ConfirmOptions.from_args(parser.parse_args(["--path", "serve", "--model", _model(tmp_path),
+                                                          "--layers", "1,2,4"]))
+    spec = spec_from_args(options, work_dir=tmp_path / "w")
+    facts = identity.model_facts(spec.checkpoint)
+    amx_mla.reason(spec)
+    assert (spec.depth, facts["num_layers"], spec.layer_ids) == (4, 4, [1, 2, 4])
+    assert len(reads) == 1, reads
