@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from ci import probe_comparisons
 from compat import registry, upstream_facts
 from compat.astkit import Reader
 from compat.plan import INCOMPATIBLE
@@ -169,12 +170,12 @@ def loops(surface, names):
 def test_the_comparisons_checker_finds_planted_undeclared_values(tmp_path):
     module = tmp_path / "planted.py"
     module.write_text(PLANTED)
-    found = registry.undeclared_comparisons(module)
+    found = probe_comparisons.undeclared_comparisons(module)
     assert [line.split(": ", 1)[0] for line in found] == [f"{module}:3", f"{module}:6", f"{module}:8"]
     assert "serve.method compared with 'abscent'" in found[0] and "'present'" in found[0]
     assert "serve.layer_ids.repeated compared with 'repeated-ids-collapsed'" in found[1]
     assert "serve.cpu.stream_stand_ins compared with 'no-stream-contexts'" in found[2]
-    read = {(name, value) for _where, name, value in registry.probe_comparisons(module)}
+    read = {(name, value) for _where, name, value in probe_comparisons.probe_comparisons(module)}
     assert {("serve.cpu.v2_runner", "needs-triton-cpu"), ("serve.v2.extractor", "absent")} <= read
 
 
@@ -183,14 +184,14 @@ def _kit_modules():
 
 
 def test_no_module_of_the_kit_compares_a_probe_with_an_undeclared_value():
-    found = [line for path in _kit_modules() for line in registry.undeclared_comparisons(path)]
+    found = [line for path in _kit_modules() for line in probe_comparisons.undeclared_comparisons(path)]
     assert not found, "\n".join(found)
 
 
 def test_the_serve_plan_rules_are_read_by_the_checker():
     """The checker sees the serve plan's rules, the local-variable and the dict-lookup forms included: a rule it
     cannot read would pass unchecked."""
-    read = {(name, value) for _where, name, value in registry.probe_comparisons(ROOT / "compat/serve/plan.py")}
+    read = {(name, value) for _where, name, value in probe_comparisons.probe_comparisons(ROOT / "compat/serve/plan.py")}
     assert {("serve.method", "absent"), ("serve.cpu.v2_runner", "needs-triton-cpu-on-x86"),
             ("serve.cpu.sampler_dispatch", "swap-misses-dispatcher"), ("serve.cpu.stream_stand_ins", "no-wait-event"),
             ("serve.layer_ids.repeated", "repeated-ids-collapse")} <= read
